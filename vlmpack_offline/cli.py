@@ -1,0 +1,57 @@
+"""The ``vlmpack`` command: a thin click layer over the stages.
+
+Each command loads the config, calls its stage's ``run``, prints the summary and
+returns an exit code; every ``VlmpackError`` becomes one clear line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import __version__
+from .errors import VlmpackError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vlmpack")
+def cli() -> None:
+    """Pack vision-language WebDataset shards into exact-length packs, offline.
+
+    Run the stages in order (or all at once with scripts/pack_wds.sh):
+
+    \b
+      vlmpack scan   --config C   tars      -> work_dir/manifest.sqlite
+      vlmpack bucket --config C   manifest  -> work_dir/bins/
+      vlmpack plan   --config C   bins      -> work_dir/pack_plan.jsonl
+      vlmpack write  --config C   plan      -> packed_wds_dir/pretrain-*.tar
+    """
+
+
+def _register() -> None:
+    from .commands import scan
+
+    for module in (scan,):
+        cli.add_command(module.command)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except VlmpackError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)

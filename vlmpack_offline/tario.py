@@ -1,0 +1,153 @@
+"""Read WebDataset tar shards as samples with byte locators, without extracting anything.
+
+Two small generator stages, each testable alone (the webdataset ``tariterators`` shape)::
+
+    iter_members(tar)  ->  TarMember(name, offset, size)        one per regular file
+    group_samples(...) ->  RawSample(key, members, problem)     consecutive members, same key
+
+Key rule (webdataset / energon): the key is the member path up to the first ``.``
+of its last path component; the rest is the part name::
+
+    sub/dir/k1.img0.jpg  ->  key "sub/dir/k1", part "img0.jpg"
+
+``offset`` is where the member's data starts in the tar file (after any PAX
+headers), so later stages copy media bytes with one ``pread`` and no tar parsing.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+__all__ = [
+    "TarMember",
+    "RawSample",
+    "split_key",
+    "iter_members",
+    "group_samples",
+    "iter_samples",
+    "read_range",
+    "BAD_MEMBER_NAME",
+    "TRUNCATED_SHARD",
+]
+
+BAD_MEMBER_NAME = "bad_member_name"
+TRUNCATED_SHARD = "truncated_shard"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TarMember:
+    name: str  # full member path inside the tar
+    offset: int  # byte offset of the member's data in the tar file
+    size: int  # data size in bytes
+    problem: str | None = None  # BAD_MEMBER_NAME or TRUNCATED_SHARD when the member cannot be used
+
+    @property
+    def part(self) -> str:
+        """Part name: the last path component after its first dot (``img0.jpg``)."""
+        return split_key(self.name)[1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawSample:
+    key: str  # sample key, e.g. "sub/dir/k1"
+    members: tuple[TarMember, ...]  # consecutive members sharing the key, in tar order
+    problem: str | None = None  # first member problem, if any (the whole sample is then dropped)
+    error: str = ""  # the text that goes with ``problem``
+
+    def part(self, name: str) -> TarMember | None:
+        for member in self.members:
+            if member.part == name:
+                return member
+        return None
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """``sub/dir/k1.img0.jpg`` -> ``("sub/dir/k1", "img0.jpg")``; no dot -> part ``""``."""
+    head, _, last = name.rpartition("/")
+    stem, dot, part = last.partition(".")
+    key = f"{head}/{stem}" if head else stem
+    return key, part if dot else ""
+
+
+def _unsafe(name: str) -> bool:
+    path = PurePosixPath(name)
+    return name.startswith("/") or ".." in path.parts
+
+
+def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
+    """Yield every regular file of a tar with its data offset and size.
+
+    Directories, links and devices are skipped. A member whose name is absolute or
+    contains ``..`` is yielded with ``problem=BAD_MEMBER_NAME`` (never followed). When
+    the file ends inside a member or a header, a last member with
+    ``problem=TRUNCATED_SHARD`` is yielded and iteration stops: everything before the
+    cut stays usable.
+    """
+    tar_path = Path(tar_path)
+    file_size = os.path.getsize(tar_path)
+    last_name = ""
+    try:
+        with tarfile.open(tar_path, mode="r:") as tar:
+            while True:
+                try:
+                    info = tar.next()
+                except (tarfile.ReadError, EOFError):  # header cut or damaged
+                    yield TarMember(name=last_name or "?", offset=0, size=0, problem=TRUNCATED_SHARD)
+                    return
+                if info is None:
+                    return
+                if not info.isreg():
+                    continue
+                last_name = info.name
+                if info.offset_data + info.size > file_size:
+                    yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=TRUNCATED_SHARD)
+                    return
+                problem = BAD_MEMBER_NAME if _unsafe(info.name) else None
+                yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=problem)
+    except tarfile.ReadError:  # not even a first header: empty or not a tar
+        if file_size:
+            yield TarMember(name="?", offset=0, size=0, problem=TRUNCATED_SHARD)
+
+
+def group_samples(members: Iterable[TarMember]) -> Iterator[RawSample]:
+    """Group consecutive members by key; a member problem marks its whole sample."""
+    key: str | None = None
+    run: list[TarMember] = []
+
+    def emit() -> RawSample:
+        bad = next((m for m in run if m.problem), None)
+        if bad is None:
+            return RawSample(key=key or "", members=tuple(run))
+        if bad.problem == BAD_MEMBER_NAME:
+            error = f"member name {bad.name!r} is absolute or contains '..'; it was not read"
+        else:
+            error = f"shard ends inside member {bad.name!r} (at byte {bad.offset + bad.size} of the data)"
+        return RawSample(key=key or "", members=tuple(run), problem=bad.problem, error=error)
+
+    for member in members:
+        member_key = split_key(member.name)[0]
+        if run and member_key != key:
+            yield emit()
+            run = []
+        key = member_key
+        run.append(member)
+    if run:
+        yield emit()
+
+
+def iter_samples(tar_path: str | Path) -> Iterator[RawSample]:
+    """``group_samples(iter_members(tar_path))``."""
+    return group_samples(iter_members(tar_path))
+
+
+def read_range(handle, offset: int, size: int) -> bytes:
+    """Read ``size`` bytes at ``offset`` of an open binary file (``os.pread`` where possible)."""
+    try:
+        return os.pread(handle.fileno(), size, offset)
+    except (AttributeError, OSError):
+        handle.seek(offset)
+        return handle.read(size)
