@@ -1,0 +1,1 @@
+"""Online loader: one pack from ``pretrain-*.tar`` becomes varlen model inputs."""
