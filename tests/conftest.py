@@ -47,3 +47,21 @@ def make_config(tmp_path, qwen25_processor_dir):
         return config_from_dict(raw, source="test")
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> list[Path]:
+    """Two clean synthetic shards of 12 samples (every layout and media kind, no faults)."""
+    from vlmpack_offline.synthetic.shards import generate_dataset
+
+    root = tmp_path_factory.mktemp("small_dataset")
+    return generate_dataset(root, seed=0, n_shards=2, samples_per_shard=12, include_faults=False)
+
+
+@pytest.fixture(scope="session")
+def faulty_dataset(tmp_path_factory) -> list[Path]:
+    """``small_dataset`` plus one sample per drop reason (see ``shards.expected_fault``)."""
+    from vlmpack_offline.synthetic.shards import generate_dataset
+
+    root = tmp_path_factory.mktemp("faulty_dataset")
+    return generate_dataset(root, seed=0, n_shards=2, samples_per_shard=12, include_faults=True)

@@ -34,6 +34,11 @@ def cli() -> None:
 
 # One module per subcommand under vlmpack_offline/commands/, each exposing `command`.
 _COMMANDS: tuple[str, ...] = (
+    "bucket",
+    "plan",
+    "stats",
+    "write",
+    "verify",
 )
 
 

@@ -187,7 +187,7 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
 def _describe(hint: Any) -> str:
     if typing.get_origin(hint) is Literal:
         return "choice of " + " | ".join(repr(a) for a in typing.get_args(hint))
-    return str(hint).replace("typing.", "")
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def _apply_override(raw: dict, assignment: str, source: str) -> None:
@@ -240,7 +240,11 @@ def _resolve_paths(config: Config, base: Path) -> Config:
     )
     kwargs = dict(config.model.processor_kwargs)
     proc = kwargs.get("pretrained_model_name_or_path")
-    if isinstance(proc, str) and (base / proc).exists() and not Path(proc).is_absolute():
+    # a local path relative to the config (a hub id like "Qwen/Qwen2-VL-2B" is left alone); "./" or "../"
+    # marks a path even before it exists, e.g. the demo processor written after the config is read
+    if isinstance(proc, str) and not Path(proc).is_absolute() and (
+        (base / proc).exists() or proc.startswith(("./", "../"))
+    ):
         kwargs["pretrained_model_name_or_path"] = str((base / proc).resolve())
     model = dataclasses.replace(config.model, processor_kwargs=kwargs)
     return dataclasses.replace(config, data=data, model=model)

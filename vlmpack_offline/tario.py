@@ -93,12 +93,16 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     try:
         with tarfile.open(tar_path, mode="r:") as tar:
             while True:
+                header_at = tar.offset
                 try:
                     info = tar.next()
                 except (tarfile.ReadError, EOFError):  # header cut or damaged
-                    yield TarMember(name=last_name or "?", offset=0, size=0, problem=TRUNCATED_SHARD)
-                    return
+                    info = None
                 if info is None:
+                    # tarfile reads a header cut short as a clean end; a real end is a zero block
+                    if not _clean_end(tar_path, header_at):
+                        name = _cut_header_name(tar_path, header_at) or last_name or "?"
+                        yield TarMember(name=name, offset=header_at, size=0, problem=TRUNCATED_SHARD)
                     return
                 if not info.isreg():
                     continue
@@ -111,6 +115,27 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     except tarfile.ReadError:  # not even a first header: empty or not a tar
         if file_size:
             yield TarMember(name="?", offset=0, size=0, problem=TRUNCATED_SHARD)
+
+
+def _clean_end(tar_path: Path, at: int) -> bool:
+    """True when a zero block (the end-of-archive marker) starts at ``at``."""
+    with open(tar_path, "rb") as handle:
+        block = read_range(handle, at, tarfile.BLOCKSIZE)
+    return len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0")
+
+
+def _cut_header_name(tar_path: Path, at: int) -> str | None:
+    """The member name in a header cut short, when its 100-byte name field survived.
+
+    Pseudo names of GNU long-name and PAX records (``././@...``) do not say which
+    sample was cut: None, and the caller blames the previous member's sample.
+    """
+    with open(tar_path, "rb") as handle:
+        field = read_range(handle, at, 100)
+    name = field.split(b"\0", 1)[0].decode("utf-8", "replace")
+    if len(field) < 100 or not name or name.startswith("././@"):
+        return None
+    return name
 
 
 def group_samples(members: Iterable[TarMember]) -> Iterator[RawSample]:

@@ -1,0 +1,95 @@
+"""Configs are validated once: unknown keys and wrong types are errors naming file and key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from vlmpack_offline.config import Config, load_config
+from vlmpack_offline.errors import ConfigError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+PROC = "model.processor_kwargs.pretrained_model_name_or_path=/opt/some/processor"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_unknown_key_error_names_the_key_and_the_file(tmp_path):
+    path = _write(tmp_path, "sample:\n  max_token_len: 4096\n  max_tokenlen: 10\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "sample.max_tokenlen" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_unknown_section_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="packinq"):
+        load_config(_write(tmp_path, "packinq:\n  seed: 1\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value", "expected"),
+    [
+        ("sample:\n  max_token_len: lots\n", "sample.max_token_len", "'lots'", "int"),
+        ("process:\n  workers: true\n", "process.workers", "True", "int"),
+        ("packing:\n  algorithm: random_fit\n", "packing.algorithm", "'random_fit'", "'best_fit_decreasing'"),
+    ],
+)
+def test_mistyped_value_error_names_key_value_and_expected_type(tmp_path, text, key, value, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, text))
+    message = str(info.value)
+    assert key in message and value in message and expected in message
+    assert "<class" not in message
+
+
+def test_set_override_parses_value_as_yaml_and_wins_over_file(tmp_path):
+    path = _write(tmp_path, "sample:\n  max_token_len: 4096\n")
+    config = load_config(path, ("sample.max_token_len=2048", "packing.max_samples_per_pack=8", "split.val_ratio=0.25"))
+    assert config.sample.max_token_len == 2048
+    assert config.packing.max_samples_per_pack == 8
+    assert config.split.val_ratio == 0.25
+
+
+def test_override_of_unknown_key_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="sample.nope"):
+        load_config(_write(tmp_path, "{}\n"), ("sample.nope=1",))
+
+
+def test_relative_data_paths_resolve_against_the_config_folder(tmp_path):
+    config = load_config(_write(tmp_path, "data:\n  wds_dir: shards\n  work_dir: ../work\n"))
+    assert config.data.wds_dir == str(tmp_path / "shards")
+    assert config.data.work_dir == str((tmp_path / ".." / "work").resolve())
+
+
+def test_reference_config_lists_every_key_with_its_default():
+    config = load_config(CONFIGS / "config.yaml", (PROC,))
+    defaults = Config()
+    for section in dataclasses.fields(Config):
+        if section.name == "source":
+            continue
+        loaded = dataclasses.asdict(getattr(config, section.name))
+        expected = dataclasses.asdict(getattr(defaults, section.name))
+        if section.name == "model":
+            expected["processor_kwargs"] = {"pretrained_model_name_or_path": "/opt/some/processor"}
+        assert loaded == expected, section.name
+    text = (CONFIGS / "config.yaml").read_text()
+    for section in dataclasses.fields(Config):
+        if section.name == "source":
+            continue
+        for key in dataclasses.fields(getattr(defaults, section.name)):
+            assert f"  {key.name}:" in text, f"configs/config.yaml does not document {section.name}.{key.name}"
+
+
+def test_demo_config_points_at_the_demo_output_next_to_configs():
+    config = load_config(CONFIGS / "demo.yaml")
+    root = CONFIGS.parent / "demo_out"
+    assert Path(config.data.wds_dir) == root / "data"
+    assert Path(config.model.processor_path) == root / "processor"
+    assert config.sample.max_token_len == 4096

@@ -1,0 +1,117 @@
+"""Every accepted layout becomes the same canonical HF-messages conversation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vlmpack_offline.conversation import ConversationError, MediaRef, parse_conversation
+
+PARTS = ("json", "img0.jpg", "img1.png")
+
+CANONICAL = (
+    {"role": "user", "content": [
+        {"type": "image", "image": "img0.jpg"},
+        {"type": "text", "text": "\nWhat differs from "},
+        {"type": "image", "image": "img1.png"},
+        {"type": "text", "text": "?"},
+    ]},
+    {"role": "assistant", "content": [{"type": "text", "text": "The colour."}]},
+)
+
+LAYOUTS = {
+    "hf_messages": {"messages": [
+        {"role": "user", "content": [
+            {"type": "image", "image": "img0.jpg"},
+            {"type": "text", "text": "\nWhat differs from "},
+            {"type": "image", "image": "img1.png"},
+            {"type": "text", "text": "?"},
+        ]},
+        {"role": "assistant", "content": "The colour."},
+    ]},
+    "sharegpt": {
+        "conversations": [
+            {"from": "human", "value": "<image>\nWhat differs from <image>?"},
+            {"from": "gpt", "value": "The colour."},
+        ],
+        "images": ["img0.jpg", "img1.png"],
+    },
+    "sharegpt_unnamed": {"conversations": [
+        {"from": "human", "value": "<image>\nWhat differs from <image>?"},
+        {"from": "gpt", "value": "The colour."},
+    ]},
+    "hf_unnamed": {"messages": [
+        {"role": "user", "content": [
+            {"type": "image"},
+            {"type": "text", "text": "\nWhat differs from "},
+            {"type": "image", "image": ""},
+            {"type": "text", "text": "?"},
+        ]},
+        {"role": "assistant", "content": [{"type": "text", "text": "The colour."}]},
+    ]},
+    "texts": {"texts": [{"user": "<image>\nWhat differs from <image>?", "assistant": "The colour."}],
+              "images": ["img0.jpg", "img1.png"]},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_equivalent_layouts_parse_to_the_same_canonical_messages(layout):
+    conv = parse_conversation(json.dumps(LAYOUTS[layout]), key="sub/k1", parts=PARTS, template_text_key="texts")
+    assert conv.messages == CANONICAL
+    assert conv.media == (MediaRef(kind="image", part="img0.jpg"), MediaRef(kind="image", part="img1.png"))
+    assert conv.media_type == "image"
+
+
+def test_text_around_tags_is_kept_verbatim():
+    value = "  Look:<image>  \n\n twice <video>end  "
+    raw = {"conversations": [{"from": "human", "value": value}, {"from": "gpt", "value": " ok "}],
+           "images": ["a.jpg"], "videos": ["v.mp4"]}
+    conv = parse_conversation(json.dumps(raw), key="k", parts=("json", "a.jpg", "v.mp4"))
+    texts = [item["text"] for item in conv.messages[0]["content"] if item["type"] == "text"]
+    assert texts == ["  Look:", "  \n\n twice ", "end  "]
+    assert conv.messages[1]["content"] == [{"type": "text", "text": " ok "}]
+    assert conv.media_type == "video"
+
+
+def test_unnamed_media_are_taken_by_extension_in_member_order():
+    raw = {"conversations": [{"from": "human", "value": "<video><image><image>"}, {"from": "gpt", "value": "x"}]}
+    parts = ("json", "z.png", "clip.mp4", "a.jpg")
+    conv = parse_conversation(json.dumps(raw), key="k", parts=parts)
+    assert conv.media == (
+        MediaRef(kind="video", part="clip.mp4"),
+        MediaRef(kind="image", part="z.png"),
+        MediaRef(kind="image", part="a.jpg"),
+    )
+
+
+def test_media_named_with_the_sample_key_prefix_resolves_to_the_part():
+    raw = {"conversations": [{"from": "human", "value": "<image>"}, {"from": "gpt", "value": "x"}],
+           "images": ["k7.img0.jpg"]}
+    conv = parse_conversation(json.dumps(raw), key="sub/k7", parts=("json", "img0.jpg"))
+    assert conv.media == (MediaRef(kind="image", part="img0.jpg"),)
+
+
+@pytest.mark.parametrize(
+    ("raw", "parts", "reason"),
+    [
+        (b'{"messages": [', ("json",), "bad_json"),
+        (b"\xff\xfe not utf-8", ("json",), "bad_json"),
+        (json.dumps({"caption": "a cat"}), ("json",), "unknown_format"),
+        (json.dumps([1, 2]), ("json",), "unknown_format"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), ("json",), "unknown_format"),
+        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image", "image": "img1.jpg"}]},
+                                  {"role": "assistant", "content": "x"}]}), ("json", "img0.jpg"), "missing_media"),
+        (json.dumps({"conversations": [{"from": "human", "value": "<image><image>"}, {"from": "gpt", "value": "x"}]}),
+         ("json", "img0.jpg"), "missing_media"),
+        (json.dumps({"conversations": [{"from": "human", "value": "<image><image>"}, {"from": "gpt", "value": "x"}],
+                     "images": ["img0.jpg"]}), ("json", "img0.jpg", "img1.jpg"), "missing_media"),
+    ],
+    ids=["truncated", "not_utf8", "no_conversation_key", "not_object", "no_assistant", "named_part_absent",
+         "more_tags_than_parts", "more_tags_than_images_list"],
+)
+def test_unusable_json_raises_with_its_drop_reason(raw, parts, reason):
+    with pytest.raises(ConversationError) as info:
+        parse_conversation(raw, key="k", parts=parts)
+    assert info.value.reason == reason
+    assert str(info.value)

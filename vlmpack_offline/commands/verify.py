@@ -1,0 +1,20 @@
+"""``vlmpack verify``: re-read the packed output and check it against the manifest and plan."""
+
+from __future__ import annotations
+
+import click
+
+from ..stages import verify as stage
+from ._options import config_options, finish, load_from_options
+
+__all__ = ["command"]
+
+
+@click.command("verify")
+@config_options
+def command(config_path: str, overrides: tuple[str, ...]) -> None:
+    """Check the written shards: .idx files, shard counts, every ok sample once, media bytes, capacity.
+
+    Exits non-zero and lists the first problems when anything does not match.
+    """
+    finish(stage.run(load_from_options(config_path, overrides)))

@@ -1,0 +1,21 @@
+"""``vlmpack write``: the plan -> packed ``pretrain-*.tar`` shards megatron-energon loads."""
+
+from __future__ import annotations
+
+import click
+
+from ..stages import write as stage
+from ._options import config_options, finish, load_from_options
+
+__all__ = ["command"]
+
+
+@click.command("write")
+@config_options
+def command(config_path: str, overrides: tuple[str, ...]) -> None:
+    """Write one packed sample per planned pack into data.packed_wds_dir/pretrain-%06d.tar.
+
+    Also writes each tar's .tar.idx and .nv-meta/ (dataset.yaml, split.yaml, .info.json).
+    Resumable: a rerun after a crash writes only the missing shards.
+    """
+    finish(stage.run(load_from_options(config_path, overrides)))

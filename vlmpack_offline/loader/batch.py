@@ -1,0 +1,108 @@
+"""``PackBatch``: one pack as model inputs, and how to hand it to an HF model.
+
+::
+
+    sub-samples   A (3 tokens)  B (2)   C (4)
+    input_ids     [a a a  b b  c c c c]                [1, S]
+    labels        [- - a  - b  - c c c]                [1, S]   (-100 shown as -)
+    position_ids  [0 1 2  0 1  0 1 2 3] per mRoPE row  [3, 1, S] (Qwen-VL) or [1, S]
+    cu_seqlens    [0, 3, 5, 9]                          int32 [n+1]
+    max_seqlen    4
+    n_images_per_sample [1, 0, 2]; n_videos_per_sample [0, 0, 1]
+
+``vision`` holds the media tensors of all sub-samples, concatenated in pack
+order; ``n_images_per_sample`` / ``n_videos_per_sample`` say which rows belong
+to which sub-sample, so a pipeline-parallel schedule can cut a pack into
+micro-batches at sub-sample boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .attention import block_causal_mask
+from .vision_inputs import VisionInputs
+
+__all__ = ["PackBatch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackBatch:
+    pack_id: int  # the plan's pack id
+    sample_ids: tuple[str, ...]  # manifest id per segment ("" for the dummy-image segment)
+    input_ids: torch.Tensor  # long [1, S]
+    labels: torch.Tensor  # long [1, S], HF convention (unshifted), -100 = not scored
+    position_ids: torch.Tensor  # long [3, 1, S] (mRoPE) or [1, S]; restart at 0 per segment
+    cu_seqlens: torch.Tensor  # int32 [n+1], segment boundaries
+    max_seqlen: int  # longest segment
+    vision: VisionInputs  # pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw, ...
+    n_images_per_sample: torch.Tensor  # long [n], images per segment
+    n_videos_per_sample: torch.Tensor  # long [n], videos per segment
+    loss_weights: torch.Tensor | None = None  # float [1, S]: 1/n_label_tokens of its segment, else 0
+    n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.input_ids.shape[-1])
+
+    @property
+    def n_segments(self) -> int:
+        return int(self.cu_seqlens.numel() - 1)
+
+    def text_position_ids(self) -> torch.Tensor:
+        """``[1, S]`` plain positions restarting at 0 per segment (HF's packed-sequence detection reads these)."""
+        starts = self.cu_seqlens[:-1].long()
+        lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
+        offsets = torch.repeat_interleave(starts, lengths)
+        return (torch.arange(self.seq_len, device=offsets.device) - offsets)[None]
+
+    def hf_position_ids(self) -> torch.Tensor:
+        """Positions for an HF Qwen-VL forward: ``[4, 1, S]`` = text row + the 3 mRoPE rows.
+
+        HF's Qwen-VL text models take a leading text row and use it (not the mRoPE rows) for
+        packed-sequence masks and flash-attention; non-mRoPE models get ``[1, S]``.
+        """
+        if self.position_ids.ndim == 3:
+            return torch.cat([self.text_position_ids()[None], self.position_ids], dim=0)
+        return self.position_ids
+
+    def model_kwargs(self, attn_implementation: str = "sdpa", *, with_labels: bool = True) -> dict:
+        """Keyword arguments for ``model(**kwargs)`` of an HF VLM with this attention implementation.
+
+        * ``flash_attention_2`` / ``flash_attention_3``: no mask; ``cu_seq_lens_q/k`` + ``max_length_q/k``.
+        * ``sdpa`` / ``eager`` (CPU): a 4D block-diagonal causal bool mask ``[1, 1, S, S]``.
+        """
+        kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), **self.vision}
+        if with_labels:
+            kwargs["labels"] = self.labels
+        if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
+            kwargs.update(
+                cu_seq_lens_q=self.cu_seqlens,
+                cu_seq_lens_k=self.cu_seqlens,
+                max_length_q=self.max_seqlen,
+                max_length_k=self.max_seqlen,
+            )
+        else:
+            kwargs["attention_mask"] = block_causal_mask(self.cu_seqlens)
+        return kwargs
+
+    def to(self, device: torch.device | str) -> PackBatch:
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return PackBatch(
+            pack_id=self.pack_id,
+            sample_ids=self.sample_ids,
+            input_ids=move(self.input_ids),
+            labels=move(self.labels),
+            position_ids=move(self.position_ids),
+            cu_seqlens=move(self.cu_seqlens),
+            max_seqlen=self.max_seqlen,
+            vision=self.vision.to(device),
+            n_images_per_sample=move(self.n_images_per_sample),
+            n_videos_per_sample=move(self.n_videos_per_sample),
+            loss_weights=move(self.loss_weights),
+            n_dummy_segments=self.n_dummy_segments,
+        )

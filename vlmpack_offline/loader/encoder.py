@@ -1,0 +1,196 @@
+"""``PackEncoder``: one ``PackedSample`` + its media bytes -> ``PackBatch``.
+
+Each sub-sample is built alone, exactly as if it were the only sample:
+
+1. media facts from the shared code the scan used (``tokens.probe_media``: image
+   header size; video metadata + ``media.sample_video``);
+2. ``tokens.materialize`` renders the chat and expands image/video pads the way
+   the real processor does -> ``input_ids`` + assistant mask;
+3. its length is checked against the planned ``token_len`` (``LengthMismatchError``);
+4. pixels: ``MediaProcessor`` (PIL image processor; decord frames at the
+   sampler's indices); mRoPE positions from the model's own ``get_rope_index``;
+   labels with the first one set to -100 (see ``labels.py``).
+
+Then segments are concatenated and ``cu_seqlens`` records where each starts.
+
+``dummy_image_for_text_packs``: a pack with no image and no video gets one extra
+trailing segment made of a single ``<|image_pad|>`` token for a
+``factor x factor`` black image (``factor`` = patch*merge, so grid 1x2x2 -> one
+token). It has its own ``cu_seqlens`` segment (nobody attends to it, it attends
+to nobody else), positions restarting at 0 from the rope index of that segment
+alone, label -100 and loss weight 0: it changes no logit and no loss of the real
+sub-samples, but the vision tower runs on every rank, so sharded data-parallel
+training does not hang waiting for a rank without images. It costs ONE token:
+such a pack has ``S <= capacity + 1``; plan with ``sample.max_token_len`` one
+below the model's limit if the trainer needs ``S <= limit`` strictly.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..config import Config
+from ..conversation import Conversation, MediaRef
+from ..errors import LengthMismatchError
+from ..media import decode_frames, probe_video, sample_video
+from ..packed_format import PackedSample, PackedSubSample
+from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
+from .batch import PackBatch
+from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
+from .media_processor import MediaProcessor
+from .rope import RopeIndex
+from .vision_inputs import concat_vision_inputs
+
+__all__ = ["EncoderOptions", "PackEncoder"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncoderOptions:
+    check_lengths: bool = True  # raise LengthMismatchError when a sub-sample's length != its planned token_len
+    loss_weights: bool = False  # also emit per-token 1/n_label_tokens weights (per-sample loss averaging)
+    dummy_image_for_text_packs: bool = False  # add a 1-token dummy image segment to packs without media
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Segment:
+    sample_id: str
+    input_ids: torch.Tensor  # long [L]
+    labels: torch.Tensor  # long [L]
+    positions: torch.Tensor  # [3, 1, L] or [1, L]
+    media: tuple[dict, ...]  # processor output per media item, in order
+    n_images: int
+    n_videos: int
+
+
+def _conversation(sub: PackedSubSample) -> Conversation:
+    media = tuple(
+        MediaRef(kind=item["type"], part=item[item["type"]])
+        for message in sub.messages
+        for item in message["content"]
+        if isinstance(item, dict) and item.get("type") in ("image", "video")
+    )
+    return Conversation(messages=tuple(sub.messages), media=media)
+
+
+class PackEncoder:
+    """Builds ``PackBatch`` es for one model family (read from ``config.model``)."""
+
+    def __init__(self, config: Config, options: EncoderOptions | None = None) -> None:
+        self.config = config
+        self.options = options or EncoderOptions()
+        self.counter = TokenCounter.from_config(config)  # the scan's own materialize()
+        self.rules = self.counter.rules
+        path = Path(self.rules.processor_path)
+        kwargs = {k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"}
+        self.media = MediaProcessor.from_processor_dir(path, **kwargs)
+        self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
+        tokenizer = self.counter.tokenizer
+        self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
+
+    # -- one sub-sample -------------------------------------------------------------------------
+    def _segment(self, pack_id: int, sub: PackedSubSample, media: Mapping[str, bytes]) -> _Segment:
+        conversation = _conversation(sub)
+        infos, tensors, seconds = [], [], []
+        for ref in conversation.media:
+            if ref.part not in media:
+                raise KeyError(f"pack {pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
+            data = media[ref.part]
+            if ref.kind == "image":
+                infos.append(probe_media("image", data, rules=self.rules, video=self.config.video, part=ref.part))
+                tensors.append(self.media.image(data))
+            else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
+                video = probe_video(data, part=ref.part)
+                sampling = sample_video(
+                    video, self.config.video, factor=self.rules.factor,
+                    temporal_factor=self.rules.temporal_patch_size, part=ref.part,
+                )  # fmt: skip
+                infos.append(VideoMedia(sampling=sampling))
+                tensors.append(self.media.frames(decode_frames(data, sampling)))
+                sampled_fps = sampling.n_frames / video.n_frames * video.native_fps  # HF VideoMetadata.sampled_fps
+                seconds.append(self.rules.temporal_patch_size / sampled_fps)
+        materialized = self.counter.materialize(conversation, infos)
+        input_ids, assistant_mask = materialized.input_ids, materialized.assistant_mask
+        if self.options.check_lengths and len(input_ids) != sub.token_len:
+            raise LengthMismatchError(
+                f"pack {pack_id}, sample {sub.id!r}: materialized {len(input_ids)} tokens but the plan says "
+                f"{sub.token_len}; the processor settings or the video config differ from the scan's: "
+                "rerun scan/plan/write with the loader's config"
+            )
+        ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long)
+        mask = torch.as_tensor(np.asarray(assistant_mask), dtype=torch.bool)
+        grids = concat_vision_inputs(tensors)
+        positions = self.rope.positions(
+            ids[None],
+            image_grid_thw=grids.get("image_grid_thw"),
+            video_grid_thw=grids.get("video_grid_thw"),
+            second_per_grid_ts=torch.tensor(seconds) if seconds and self.rope.uses_seconds else None,
+        )
+        if seconds and self.rope.uses_seconds:
+            for item, value in zip([t for t in tensors if "video_grid_thw" in t], seconds, strict=True):
+                item["second_per_grid_ts"] = torch.tensor([value], dtype=torch.float32)
+        return _Segment(
+            sample_id=sub.id,
+            input_ids=ids,
+            labels=sub_sample_labels(ids, mask),
+            positions=positions,
+            media=tuple(tensors),
+            n_images=sum(isinstance(i, ImageMedia) for i in infos),
+            n_videos=sum(isinstance(i, VideoMedia) for i in infos),
+        )
+
+    def _dummy_segment(self) -> _Segment:
+        side = self.rules.factor
+        buffer = io.BytesIO()
+        Image.new("RGB", (side, side)).save(buffer, format="PNG")
+        tensors = self.media.image(buffer.getvalue())
+        t, h, w = (int(x) for x in tensors["image_grid_thw"][0])
+        n_tokens = t * h * w // self.rules.merge_size**2
+        ids = torch.full((n_tokens,), self.image_pad_id, dtype=torch.long)
+        positions = self.rope.positions(ids[None], image_grid_thw=tensors["image_grid_thw"])
+        return _Segment(
+            sample_id="",
+            input_ids=ids,
+            labels=torch.full_like(ids, IGNORE_INDEX),
+            positions=positions,
+            media=(tensors,),
+            n_images=1,
+            n_videos=0,
+        )
+
+    # -- one pack ---------------------------------------------------------------------------------
+    def encode(self, pack: PackedSample, media: Mapping[str, bytes]) -> PackBatch:
+        """Materialize every sub-sample of ``pack`` and concatenate them into one ``PackBatch``."""
+        segments = [self._segment(pack.pack_id, sub, media) for sub in pack.samples]
+        n_dummy = 0
+        if self.options.dummy_image_for_text_packs and not any(s.n_images or s.n_videos for s in segments):
+            segments.append(self._dummy_segment())
+            n_dummy = 1
+        lengths = torch.tensor([len(s.input_ids) for s in segments], dtype=torch.int32)
+        cu_seqlens = torch.zeros(len(segments) + 1, dtype=torch.int32)
+        cu_seqlens[1:] = torch.cumsum(lengths, 0)
+        labels = torch.cat([s.labels for s in segments])
+        weights = None
+        if self.options.loss_weights:
+            weights = torch.cat([sub_sample_loss_weights(s.labels) for s in segments])[None]
+        return PackBatch(
+            pack_id=pack.pack_id,
+            sample_ids=tuple(s.sample_id for s in segments),
+            input_ids=torch.cat([s.input_ids for s in segments])[None],
+            labels=labels[None],
+            position_ids=torch.cat([s.positions for s in segments], dim=-1),
+            cu_seqlens=cu_seqlens,
+            max_seqlen=int(lengths.max()) if len(segments) else 0,
+            vision=concat_vision_inputs([m for s in segments for m in s.media]),
+            n_images_per_sample=torch.tensor([s.n_images for s in segments], dtype=torch.long),
+            n_videos_per_sample=torch.tensor([s.n_videos for s in segments], dtype=torch.long),
+            loss_weights=weights,
+            n_dummy_segments=n_dummy,
+        )
+

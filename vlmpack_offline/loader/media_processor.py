@@ -1,0 +1,88 @@
+"""Media bytes -> vision tensors, the way the model's processor makes them.
+
+Images: ``PIL.Image.open`` (no EXIF transpose: the scan counted tokens from the
+untransposed header size) and HF's ``Qwen2VLImageProcessorPil`` loaded from the
+processor directory (``AutoProcessor`` needs torchvision, which we do not
+require).
+
+Videos: HF's video processor needs torchvision too, so frames go through the
+same image processor with ``do_resize=False`` (rescale, normalize, patchify of
+each frame) after decord decoded them at the shared sampler's frame indices and
+PIL resized them (bicubic, like the image path) to the sampler's size. The
+per-frame patches are then regrouped in time exactly as HF's
+``Qwen2VLVideoProcessor.patchify`` lays them out::
+
+    HF video layout per row:  (grid_t, gh/m, gw/m, m, m) rows x (C, temporal_patch, p, p) values
+    image processor per frame: (gh/m, gw/m, m, m)        rows x (C, temporal_patch*, p, p)
+                               (* the single frame broadcast over temporal_patch)
+
+so row r of temporal group g takes channel block ``[:, 0]`` of frame ``g*tp + i``
+for ``i < tp``; a frame count that is not a multiple of ``tp`` repeats the last
+frame (as HF does). Pixel values can differ from torchvision's resize in the
+last bits; the grid and the token count are the same.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+__all__ = ["MediaProcessor", "regroup_frames"]
+
+
+def regroup_frames(frame_patches: list[torch.Tensor], *, channels: int, temporal_patch_size: int, patch_size: int) -> torch.Tensor:
+    """Per-frame image patches ``[N, C*tp*p*p]`` -> HF video patches ``[ceil(T/tp)*N, C*tp*p*p]``."""
+    frames = list(frame_patches)
+    if pad := -len(frames) % temporal_patch_size:
+        frames += [frames[-1]] * pad
+    n = frames[0].shape[0]
+    single = [f.view(n, channels, temporal_patch_size, patch_size, patch_size)[:, :, 0] for f in frames]
+    groups = []
+    for g in range(0, len(single), temporal_patch_size):
+        stacked = torch.stack(single[g : g + temporal_patch_size], dim=2)  # [N, C, tp, p, p]
+        groups.append(stacked.reshape(n, -1))
+    return torch.cat(groups, dim=0)
+
+
+class MediaProcessor:
+    """Turns one media part into the processor's tensors (one image or one video)."""
+
+    def __init__(self, image_processor: Qwen2VLImageProcessorPil) -> None:
+        self.image_processor = image_processor
+        self.patch_size = int(image_processor.patch_size)
+        self.merge_size = int(image_processor.merge_size)
+        self.temporal_patch_size = int(image_processor.temporal_patch_size)
+
+    @classmethod
+    def from_processor_dir(cls, path: str | Path, **processor_kwargs) -> MediaProcessor:
+        """The image processor of ``path``; ``processor_kwargs`` (``min_pixels``, ...) override it as in HF."""
+        return cls(Qwen2VLImageProcessorPil.from_pretrained(str(path), **processor_kwargs))
+
+    def image(self, data: bytes) -> dict[str, torch.Tensor]:
+        """``pixel_values`` ``[N, D]`` and ``image_grid_thw`` ``[1, 3]`` of one image."""
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            out = self.image_processor(images=[img], return_tensors="pt")
+        return dict(out)
+
+    def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:
+        """``pixel_values_videos`` + ``video_grid_thw`` of frames ``[T, H, W, 3]`` already at the sampler's size."""
+        t, h, w, _ = frames.shape
+        factor = self.patch_size * self.merge_size
+        if h % factor or w % factor:
+            raise ValueError(f"video frames {h}x{w} are not multiples of {factor}: resize them with the shared sampler first")
+        per_frame = self.image_processor(images=list(frames), do_resize=False, return_tensors="pt")
+        grid = per_frame["image_grid_thw"][0]
+        n = int(grid[1] * grid[2])
+        chunks = list(per_frame["pixel_values"].split(n, dim=0))
+        patches = regroup_frames(
+            chunks, channels=3, temporal_patch_size=self.temporal_patch_size, patch_size=self.patch_size
+        )
+        grid_t = -(-t // self.temporal_patch_size)
+        grid_thw = torch.tensor([[grid_t, int(grid[1]), int(grid[2])]], dtype=torch.long)
+        return {"pixel_values_videos": patches, "video_grid_thw": grid_thw}

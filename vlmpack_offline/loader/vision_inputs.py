@@ -1,0 +1,53 @@
+"""The one container that carries a pack's vision tensors, whatever the model family.
+
+Qwen-VL processors produce ``pixel_values`` + ``image_grid_thw`` and
+``pixel_values_videos`` + ``video_grid_thw`` (+ ``second_per_grid_ts`` for
+Qwen2.5-VL videos); HF-encoder families produce other fields (``image_sizes``,
+``pixel_attention_mask``, ...). The loader never names them one by one: it
+keeps whatever the processor returned, concatenated over the pack's media in
+order, so ``model(**batch.model_kwargs())`` passes them through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import torch
+
+__all__ = ["VisionInputs", "concat_vision_inputs"]
+
+
+@dataclass(frozen=True, slots=True)
+class VisionInputs(Mapping):
+    """Read-only mapping ``field name -> tensor``; empty for a text-only pack."""
+
+    fields: Mapping[str, torch.Tensor] = field(default_factory=dict)  # processor output, concatenated over media
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def to(self, device: torch.device | str) -> VisionInputs:
+        return VisionInputs({k: v.to(device) for k, v in self.fields.items()})
+
+
+def concat_vision_inputs(parts: list[Mapping[str, torch.Tensor]]) -> VisionInputs:
+    """Concatenate per-media processor outputs along dim 0, keeping every field any part has."""
+    names: list[str] = []
+    for part in parts:
+        names.extend(n for n in part if n not in names)
+    out = {}
+    for name in names:
+        tensors = [part[name] for part in parts if name in part]
+        out[name] = torch.cat(tensors, dim=0)
+    return VisionInputs(out)

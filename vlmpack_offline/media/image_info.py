@@ -1,0 +1,42 @@
+"""Image size from the file header only: no pixel decode, no EXIF transpose.
+
+Why no transpose: the loader hands the PIL image as opened (untransposed) to the
+image processor, and transformers' processors do not transpose a PIL image they
+are given, so the header size is exactly the size the processor resizes from.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image
+
+from .errors import CORRUPT_MEDIA, MediaError
+
+__all__ = ["ImageSize", "image_size", "open_image"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSize:
+    width: int  # pixels, as PIL reports them from the header
+    height: int  # pixels
+
+
+def open_image(data: bytes, *, part: str = "image") -> Image.Image:
+    """``PIL.Image.open`` on bytes (lazy: pixels are decoded on first access); errors -> ``corrupt_media``."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:  # the loader's PIL would refuse it the same way
+        raise MediaError(CORRUPT_MEDIA, f"{part}: image too large for PIL ({exc})") from None
+    except Exception as exc:  # PIL raises many types for bad files (UnidentifiedImageError, SyntaxError, ...)
+        raise MediaError(CORRUPT_MEDIA, f"{part}: not a readable image ({type(exc).__name__}: {exc})") from None
+
+
+def image_size(data: bytes, *, part: str = "image") -> ImageSize:
+    """Width and height from the header; raises ``MediaError(corrupt_media)`` for unreadable or empty images."""
+    with open_image(data, part=part) as image:
+        width, height = image.size
+    if width <= 0 or height <= 0:
+        raise MediaError(CORRUPT_MEDIA, f"{part}: image has an empty size {width}x{height}")
+    return ImageSize(width=width, height=height)

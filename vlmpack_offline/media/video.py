@@ -1,0 +1,192 @@
+"""Video container metadata and the one frame-sampling policy shared by scan and loader.
+
+``sample_video`` follows qwen-vl-utils (``smart_nframes`` + ``fetch_video``), with
+the numbers taken from the config's ``video:`` section::
+
+    nframes = clamp(n_frames / native_fps * video.fps,
+                    ceil2(video.min_frames), floor2(min(video.max_frames, n_frames)))
+              rounded down to a multiple of the temporal factor (2)
+    frame_indices = round(linspace(0, n_frames - 1, nframes))
+    per-frame pixels in [video.min_pixels,
+                         max(min(video.max_pixels, video.total_pixels / nframes * 2), 1.05 * min_pixels)]
+    (resized_height, resized_width) = transformers' smart_resize(h, w, factor=patch*merge, ...)
+
+Scan counts tokens from the returned ``VideoSampling`` without decoding a pixel
+(beyond one frame for the size); the loader calls ``decode_frames`` with the same
+``VideoSampling``, so both see the same frames at the same size.
+Metadata comes from decord (``VideoReader`` over the bytes); PyAV is the fallback
+when decord cannot open the container. Both functions make the same choice.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+from ..config import VideoConfig
+from .errors import CORRUPT_MEDIA, UNSUPPORTED_ASPECT, MediaError
+
+__all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VideoInfo:
+    n_frames: int  # frames in the container, as decord (or PyAV) counts them
+    native_fps: float  # average frame rate of the container
+    height: int  # decoded frame height in pixels
+    width: int  # decoded frame width in pixels
+    backend: str  # "decord" or "pyav": who read it (decode_frames makes the same choice)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VideoSampling:
+    frame_indices: tuple[int, ...]  # frames to decode, ascending; len is a multiple of the temporal factor
+    resized_height: int  # every sampled frame is resized to this height (multiple of patch*merge)
+    resized_width: int  # ... and this width
+    native_fps: float  # frame rate of the source, for timestamps (Qwen3-VL prompts)
+
+    @property
+    def n_frames(self) -> int:
+        return len(self.frame_indices)
+
+    @property
+    def timestamps(self) -> tuple[float, ...]:
+        """Seconds of each sampled frame in the source video."""
+        return tuple(index / self.native_fps for index in self.frame_indices)
+
+
+def _decord_reader(data: bytes):
+    import decord  # imported late: importing it is slow and scan workers may not see videos at all
+
+    return decord.VideoReader(io.BytesIO(data), num_threads=1)
+
+
+def probe_video(data: bytes, *, part: str = "video") -> VideoInfo:
+    """Frame count, fps and frame size; decodes at most the first frame. Errors -> ``corrupt_media``."""
+    try:
+        reader = _decord_reader(data)
+    except Exception as decord_exc:  # decord raises its own DECORDError / RuntimeError
+        try:
+            return _probe_pyav(data)
+        except Exception as exc:
+            raise MediaError(
+                CORRUPT_MEDIA, f"{part}: not a readable video (decord: {decord_exc}; PyAV: {exc})"
+            ) from None
+    try:
+        n_frames = len(reader)
+        fps = float(reader.get_avg_fps())
+        height, width = reader[0].shape[:2] if n_frames else (0, 0)
+    except Exception as exc:
+        raise MediaError(CORRUPT_MEDIA, f"{part}: video cannot be decoded ({exc})") from None
+    return _checked(VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part)
+
+
+def _probe_pyav(data: bytes) -> VideoInfo:
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        fps = float(stream.average_rate or stream.guessed_rate or 0)
+        n_frames, height, width = 0, 0, 0
+        for frame in container.decode(stream):  # counting by decoding: stream.frames is 0 for some containers
+            if n_frames == 0:
+                height, width = frame.height, frame.width
+            n_frames += 1
+    return VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="pyav")
+
+
+def _checked(info: VideoInfo, part: str) -> VideoInfo:
+    if info.n_frames < 2:
+        raise MediaError(CORRUPT_MEDIA, f"{part}: video has {info.n_frames} frame(s); at least 2 are needed")
+    if not info.native_fps > 0 or not math.isfinite(info.native_fps):
+        raise MediaError(CORRUPT_MEDIA, f"{part}: video reports no usable frame rate ({info.native_fps})")
+    if info.height <= 0 or info.width <= 0:
+        raise MediaError(CORRUPT_MEDIA, f"{part}: video frames have an empty size {info.width}x{info.height}")
+    return info
+
+
+def _floor(number: float, factor: int) -> int:
+    return math.floor(number / factor) * factor
+
+
+def _ceil(number: float, factor: int) -> int:
+    return math.ceil(number / factor) * factor
+
+
+def sample_video(
+    info: VideoInfo, video: VideoConfig, *, factor: int, temporal_factor: int = 2, part: str = "video"
+) -> VideoSampling:
+    """Which frames to take and the size to resize them to (qwen-vl-utils semantics, see module doc).
+
+    ``factor`` is the model's patch_size * merge_size (28 for Qwen2.5-VL, 32 for Qwen3-VL);
+    ``temporal_factor`` its temporal_patch_size. Raises ``MediaError`` (``corrupt_media`` when
+    too few frames, ``unsupported_aspect`` past 200:1).
+    """
+    info = _checked(info, part)
+    total = info.n_frames
+    min_frames = _ceil(video.min_frames, temporal_factor)
+    max_frames = _floor(min(video.max_frames, total), temporal_factor)
+    nframes = total / info.native_fps * video.fps
+    nframes = _floor(min(max(nframes, min_frames), max_frames, total), temporal_factor)
+    if not temporal_factor <= nframes <= total:
+        raise MediaError(
+            CORRUPT_MEDIA, f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})"
+        )
+    indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
+    max_pixels = max(min(video.max_pixels, video.total_pixels / nframes * temporal_factor), int(video.min_pixels * 1.05))
+    try:
+        height, width = smart_resize(
+            info.height, info.width, factor=factor, min_pixels=video.min_pixels, max_pixels=max_pixels
+        )
+    except ValueError as exc:
+        raise MediaError(UNSUPPORTED_ASPECT, f"{part}: {exc} ({info.width}x{info.height})") from None
+    return VideoSampling(
+        frame_indices=tuple(int(i) for i in indices),
+        resized_height=int(height),
+        resized_width=int(width),
+        native_fps=info.native_fps,
+    )
+
+
+def decode_frames(data: bytes, sampling: VideoSampling, *, resize: bool = True) -> np.ndarray:
+    """The sampled frames as uint8 ``[T, H, W, 3]`` RGB, resized (PIL bicubic) to the sampling's size.
+
+    Uses decord when it opens the bytes, else PyAV: the same choice ``probe_video`` made.
+    """
+    try:
+        reader = _decord_reader(data)
+    except Exception:
+        frames = _decode_pyav(data, sampling.frame_indices)
+    else:
+        frames = reader.get_batch(list(sampling.frame_indices)).asnumpy()
+    if not resize:
+        return frames
+    from PIL import Image
+
+    size = (sampling.resized_width, sampling.resized_height)
+    return np.stack(
+        [np.asarray(Image.fromarray(frame).resize(size, Image.Resampling.BICUBIC)) for frame in frames]
+    )
+
+
+def _decode_pyav(data: bytes, indices: tuple[int, ...]) -> np.ndarray:
+    import av
+
+    wanted: dict[int, int] = {}
+    for index in indices:
+        wanted[index] = wanted.get(index, 0) + 1
+    out = []
+    with av.open(io.BytesIO(data)) as container:
+        for position, frame in enumerate(container.decode(video=0)):
+            if position in wanted:
+                array = frame.to_ndarray(format="rgb24")
+                out.extend([array] * wanted[position])
+            if position >= indices[-1]:
+                break
+    if len(out) != len(indices):
+        raise MediaError(CORRUPT_MEDIA, f"video has fewer frames than probed ({len(out)} of {len(indices)} decoded)")
+    return np.stack(out)

@@ -1,0 +1,1 @@
+"""Building the packed output: pack contents, reproducible tars, energon metadata."""

@@ -1,0 +1,156 @@
+"""What goes into one packed sample: its JSON part and where each media part's bytes come from.
+
+The write stage builds packs with it, and ``verify`` rebuilds the same mapping to
+compare bytes, so both read one definition::
+
+    Pack(sample_ids=("a.tar/k1", "a.tar/k2"))
+      k1: messages [image img0.jpg, text]         -> m0000.jpg <- a.tar @ (offset, size) of k1.img0.jpg
+      k2: messages [image x.png, image y.png]     -> m0001.png, m0002.png
+
+Media parts are numbered over the whole pack in the order the sub-samples and
+their media items appear; a part a conversation names twice is stored once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..artifacts import canonical_json
+from ..conversation import ConversationError, parse_conversation
+from ..errors import ShardError
+from ..manifest import SampleRecord
+from ..packed_format import JSON_PART, PackedSample, PackedSubSample, media_part_name
+from ..tario import read_range
+
+__all__ = ["MediaSource", "BuiltPack", "SourceFiles", "build_pack", "json_part_of"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaSource:
+    part: str  # part name inside the pack, e.g. "m0003.jpg"
+    shard: str  # manifest shard relpath the bytes come from
+    source_part: str  # part name in the source sample, e.g. "img1.jpg"
+    offset: int  # data offset in the source tar
+    size: int  # bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuiltPack:
+    sample: PackedSample  # the JSON part's content
+    json_bytes: bytes  # canonical JSON of ``sample`` (sorted keys, UTF-8)
+    media: tuple[MediaSource, ...]  # media parts in member order
+
+
+class SourceFiles:
+    """Open source tars by manifest shard name, a few at a time (an LRU of file handles)."""
+
+    def __init__(self, shard_paths: dict[str, str], max_open: int = 64) -> None:
+        self._paths = shard_paths
+        self._open: OrderedDict[str, BinaryIO] = OrderedDict()
+        self._max_open = max_open
+
+    def handle(self, shard: str) -> BinaryIO:
+        handle = self._open.pop(shard, None)
+        if handle is None:
+            if shard not in self._paths:
+                raise ShardError(f"shard {shard!r} is not in the manifest's shards table: rerun `vlmpack scan`")
+            handle = open(self._paths[shard], "rb")  # noqa: SIM115 - kept open across packs
+            if len(self._open) >= self._max_open:
+                self._open.popitem(last=False)[1].close()
+        self._open[shard] = handle
+        return handle
+
+    def read(self, shard: str, offset: int, size: int) -> bytes:
+        data = read_range(self.handle(shard), offset, size)
+        if len(data) != size:
+            raise ShardError(
+                f"{self._paths[shard]}: short read at byte {offset} ({len(data)} of {size} bytes): "
+                "the source tar changed since the scan; rerun `vlmpack scan`"
+            )
+        return data
+
+    def path(self, shard: str) -> Path:
+        return Path(self._paths[shard])
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+
+def json_part_of(record: SampleRecord) -> str:
+    """The sample's JSON member: part ``json``, else the first part ending in ``.json``."""
+    parts = [m[0] for m in record.members]
+    if JSON_PART in parts:
+        return JSON_PART
+    for part in parts:
+        if part.endswith(".json"):
+            return part
+    raise ShardError(f"sample {record.id!r} has no JSON member (parts: {parts}); the manifest is inconsistent")
+
+
+def _sub_sample(
+    record: SampleRecord, files: SourceFiles, template_text_key: str | None, first_index: int
+) -> tuple[PackedSubSample, list[MediaSource]]:
+    offset, size = record.member(json_part_of(record))
+    raw = files.read(record.shard, offset, size)
+    try:
+        conversation = parse_conversation(
+            raw, key=record.key, parts=[m[0] for m in record.members], template_text_key=template_text_key
+        )
+    except ConversationError as exc:
+        raise ShardError(
+            f"sample {record.id!r} was scanned as ok but its JSON no longer parses ({exc}): rerun `vlmpack scan`"
+        ) from None
+    renamed: dict[str, str] = {}
+    media: list[MediaSource] = []
+    for ref in conversation.media:
+        if ref.part in renamed:
+            continue
+        name = media_part_name(first_index + len(media), ref.part)
+        renamed[ref.part] = name
+        src_offset, src_size = record.member(ref.part)
+        media.append(
+            MediaSource(part=name, shard=record.shard, source_part=ref.part, offset=src_offset, size=src_size)
+        )
+    messages = tuple(
+        {
+            **message,
+            "content": [
+                {**item, item["type"]: renamed[item[item["type"]]]} if item["type"] in ("image", "video") else item
+                for item in message["content"]
+            ],
+        }
+        for message in conversation.messages
+    )
+    sub = PackedSubSample(
+        id=record.id, token_len=record.token_len, media_tokens=record.media_tokens, messages=messages
+    )
+    return sub, media
+
+
+def build_pack(
+    *,
+    pack_id: int,
+    split: str,
+    capacity: int,
+    sample_ids: tuple[str, ...],
+    records: dict[str, SampleRecord],
+    files: SourceFiles,
+    template_text_key: str | None,
+) -> BuiltPack:
+    """Build the JSON part of one pack and locate its media (reads only the source JSON members)."""
+    subs: list[PackedSubSample] = []
+    media: list[MediaSource] = []
+    for sample_id in sample_ids:
+        record = records.get(sample_id)
+        if record is None or record.status != "ok":
+            state = "missing from" if record is None else f"{record.status!r} in"
+            raise ShardError(f"pack {pack_id}: sample {sample_id!r} is {state} the manifest: rerun `vlmpack plan`")
+        sub, sub_media = _sub_sample(record, files, template_text_key, len(media))
+        subs.append(sub)
+        media.extend(sub_media)
+    sample = PackedSample(pack_id=pack_id, capacity=capacity, split=split, samples=tuple(subs))
+    return BuiltPack(sample=sample, json_bytes=canonical_json(sample.to_json()).encode(), media=tuple(media))

@@ -1,0 +1,165 @@
+"""``vlmpack verify``: re-read the written output and check it against the manifest and the plan.
+
+Checks, per output shard listed in ``.nv-meta/.info.json``:
+
+* its ``.tar.idx`` equals the offsets energon's own prepare derives from the tar;
+* the number of samples in the tar equals its ``shard_counts`` entry;
+* each pack is a ``vlmpack.pack`` JSON, in the split ``split.yaml`` puts its shard in,
+  with ``sum(token_len) <= capacity == sample.max_token_len``;
+* each media part's size and sha256 equal those of its source byte range;
+
+and over all shards: every ``ok`` manifest sample appears exactly once, every planned
+pack is present. Problems are collected (not raised) so one run lists them all;
+the first ones are printed and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from ..config import Config
+from ..errors import PlanError
+from ..manifest import Manifest, manifest_path
+from ..output.energon_meta import energon_idx_offsets, read_idx, read_shard_counts, read_split_parts
+from ..output.pack_builder import SourceFiles, build_pack
+from ..output.tar_writer import idx_path_for
+from ..packed_format import JSON_PART, PackedSample
+from ..plan_file import read_plan
+from ..stage_result import StageResult
+from ..tario import iter_samples, read_range
+from .write import check_sources
+
+__all__ = ["run", "MAX_LISTED"]
+
+MAX_LISTED = 20  # problems printed in the summary
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class _Checker:
+    def __init__(self, config: Config, manifest: Manifest, files: SourceFiles) -> None:
+        self.config = config
+        self.manifest = manifest
+        self.files = files
+        self.problems: list[str] = []
+        self.seen: Counter[str] = Counter()
+        self.pack_ids: Counter[int] = Counter()
+        self.media_parts = 0
+
+    def shard(self, tar: Path, expected_count: int, split: str | None) -> None:
+        if not tar.is_file():
+            self.problems.append(f"{tar.name}: listed in .info.json but missing")
+            return
+        idx = idx_path_for(tar)
+        if not idx.is_file():
+            self.problems.append(f"{idx.name}: missing")
+        elif read_idx(idx) != energon_idx_offsets(tar):
+            self.problems.append(f"{idx.name}: offsets do not match the tar (rewrite the shard with `vlmpack write`)")
+        n = 0
+        with open(tar, "rb") as handle:
+            for raw in iter_samples(tar):
+                n += 1
+                if raw.problem:
+                    self.problems.append(f"{tar.name}: {raw.error}")
+                    continue
+                parts = {m.part: m for m in raw.members}
+                self.pack(tar.name, raw.key, split, parts, handle)
+        if n != expected_count:
+            self.problems.append(f"{tar.name}: {n} packs in the tar, .info.json says {expected_count}")
+
+    def pack(self, shard: str, key: str, split: str | None, parts: dict, handle) -> None:
+        where = f"{shard}/{key}"
+        if JSON_PART not in parts:
+            self.problems.append(f"{where}: no {JSON_PART} part")
+            return
+        member = parts[JSON_PART]
+        try:
+            pack = PackedSample.from_json(json.loads(read_range(handle, member.offset, member.size)))
+        except (ValueError, KeyError, TypeError) as exc:
+            self.problems.append(f"{where}: pack JSON unreadable ({exc})")
+            return
+        self.pack_ids[pack.pack_id] += 1
+        total = sum(s.token_len for s in pack.samples)
+        capacity = self.config.sample.max_token_len
+        if pack.capacity != capacity or total > capacity:
+            self.problems.append(f"{where}: {total} tokens, capacity {pack.capacity}, sample.max_token_len {capacity}")
+        if split is not None and pack.split != split:
+            self.problems.append(f"{where}: pack split {pack.split!r} but split.yaml lists the shard under {split!r}")
+        ids = tuple(s.id for s in pack.samples)
+        self.seen.update(ids)
+        records = self.manifest.get_samples(ids)
+        try:
+            built = build_pack(
+                pack_id=pack.pack_id, split=pack.split, capacity=pack.capacity, sample_ids=ids, records=records,
+                files=self.files, template_text_key=self.config.data.template_text_key,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is a problem to list, not a crash
+            self.problems.append(f"{where}: cannot rebuild from the manifest ({exc})")
+            return
+        expected = {m.part: m for m in built.media}
+        stored = {name for name in parts if name not in (JSON_PART, "ids.npy")}
+        if stored != set(expected):
+            self.problems.append(f"{where}: media parts {sorted(stored)} but the sources give {sorted(expected)}")
+        for name in sorted(stored & set(expected)):
+            source, out = expected[name], parts[name]
+            self.media_parts += 1
+            if out.size != source.size:
+                self.problems.append(f"{where}.{name}: {out.size} bytes, source {source.shard}:{source.source_part} has {source.size}")
+            elif _sha(read_range(handle, out.offset, out.size)) != _sha(self.files.read(source.shard, source.offset, source.size)):
+                self.problems.append(f"{where}.{name}: sha256 differs from source {source.shard}:{source.source_part}")
+
+
+def run(config: Config) -> StageResult:
+    started = time.perf_counter()
+    out_dir = config.packed_wds_dir
+    if not manifest_path(config.work_dir).is_file():
+        raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
+    try:
+        shard_counts = read_shard_counts(out_dir)
+        split_parts = read_split_parts(out_dir)
+    except FileNotFoundError as exc:
+        problems = [f"{exc.filename}: missing (run `vlmpack write`)"]
+        return StageResult(stage="verify", summary=problems, counts={"problems": 1}, exit_code=1)
+    split_of = {name: split for split, names in split_parts.items() for name in names}
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        files = SourceFiles(check_sources(manifest))
+        checker = _Checker(config, manifest, files)
+        try:
+            for name, count in shard_counts.items():
+                checker.shard(out_dir / name, count, split_of.get(name))
+        finally:
+            files.close()
+        ok_ids = [s.id for s in manifest.iter_samples("ok")]
+    problems = checker.problems
+    ok_set = set(ok_ids)
+    problems += [f"sample {i!r} is ok in the manifest but in no pack" for i in ok_ids if checker.seen[i] == 0]
+    problems += [f"sample {i!r} is in {n} packs" for i, n in checker.seen.items() if n > 1]
+    problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen if i not in ok_set]
+    planned = [p.pack_id for p in read_plan(config.work_dir)]
+    problems += [f"pack {p} is in the plan but in no shard" for p in planned if checker.pack_ids[p] == 0]
+    problems += [f"pack {p} is written {n} times" for p, n in checker.pack_ids.items() if n > 1]
+    counts = {
+        "shards": len(shard_counts),
+        "packs": sum(checker.pack_ids.values()),
+        "samples": sum(checker.seen.values()),
+        "media_parts": checker.media_parts,
+        "problems": len(problems),
+    }
+    head = (
+        f"{counts['shards']} shards, {counts['packs']} packs, {counts['samples']} samples, "
+        f"{counts['media_parts']} media parts checked"
+    )
+    if problems:
+        listed = problems[:MAX_LISTED]
+        more = [f"... and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else []
+        summary = [head, f"{len(problems)} problems:", *("  " + p for p in listed), *more]
+    else:
+        summary = [head, "all checks passed"]
+    return StageResult(stage="verify", summary=summary, counts=counts, seconds=time.perf_counter() - started,
+                       exit_code=1 if problems else 0)

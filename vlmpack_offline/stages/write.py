@@ -1,0 +1,262 @@
+"""Stage 4: the plan -> ``packed_wds_dir/pretrain-%06d.tar`` (+ ``.tar.idx``) and ``.nv-meta/``.
+
+::
+
+    pack_plan.jsonl ──sizes (parallel)──> shard assignment (pure, up front)
+                    ──one process per output shard──> pretrain-%06d.tar.tmp -> rename
+                    ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack_write.json}
+
+Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete}:
+
+* same fingerprint, complete  -> no-op;
+* same fingerprint, not complete (killed) -> only shards whose ``.tar`` and ``.tar.idx``
+  are missing are written; the result is byte-identical to an uninterrupted run;
+* other fingerprint (new plan or other write/packed_wds/sample_type settings) -> the old
+  output is REBUILT: our own files (``pretrain-*.tar*``, our ``.nv-meta`` files) are
+  removed, then everything is written again;
+* ``pretrain-*.tar`` present without our marker -> refused (not ours to delete).
+
+The fingerprint covers the plan's fingerprint, ``write``, ``packed_wds``,
+``sample.sample_type``/``max_token_len`` and ``data.template_text_key``. Nothing is
+written outside ``data.packed_wds_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ..artifacts import atomic_write_text, fingerprint
+from ..config import Config, section_fingerprint_payload
+from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
+from ..manifest import Manifest, manifest_path
+from ..output.energon_meta import (
+    META_DIR,
+    run_energon_prepare,
+    write_dataset_yaml,
+    write_info_json,
+    write_split_yaml,
+)
+from ..output.pack_builder import SourceFiles, build_pack
+from ..output.shard_plan import ShardJob, assign_shards
+from ..output.tar_writer import ShardTarWriter, member_bytes_in_tar, shard_is_done
+from ..packed_format import JSON_PART, PACK_FORMAT, pack_key
+from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
+from ..stage_result import StageResult
+
+__all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
+
+MARKER_NAME = "vlmpack_write.json"
+_OUR_META = ("dataset.yaml", "split.yaml", ".info.json", MARKER_NAME)
+_SIZE_CHUNK = 256  # packs per sizing task
+
+
+def write_fingerprint(config: Config, plan_fingerprint: str) -> str:
+    payload = section_fingerprint_payload(config, "write", "packed_wds")
+    payload.update(
+        plan=plan_fingerprint,
+        format=PACK_FORMAT,
+        sample_type=config.sample.sample_type,
+        capacity=config.sample.max_token_len,
+        template_text_key=config.data.template_text_key,
+    )
+    return fingerprint(payload)
+
+
+def check_sources(manifest: Manifest) -> dict[str, str]:
+    """Shard relpath -> path for every source shard with ok samples; refuse one that changed since the scan."""
+    used = {row[0] for row in manifest.conn.execute("SELECT DISTINCT shard FROM samples WHERE status = 'ok'")}
+    paths: dict[str, str] = {}
+    for shard in manifest.shards():
+        if shard.shard not in used:
+            continue
+        try:
+            stat = os.stat(shard.path)
+        except FileNotFoundError:
+            raise ShardError(f"source shard {shard.path} is gone since the scan: restore it or rerun `vlmpack scan`") from None
+        if stat.st_size != shard.size or stat.st_mtime_ns != shard.mtime_ns:
+            raise ShardError(
+                f"source shard {shard.path} changed since the scan (size {shard.size} -> {stat.st_size}, "
+                f"mtime_ns {shard.mtime_ns} -> {stat.st_mtime_ns}): rerun `vlmpack scan`, `bucket`, `plan`"
+            )
+        paths[shard.shard] = shard.path
+    return paths
+
+
+def _read_marker(out_dir: Path) -> dict | None:
+    path = out_dir / META_DIR / MARKER_NAME
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_marker(out_dir: Path, fp: str, *, complete: bool, counts: dict | None = None) -> None:
+    body = {"fingerprint": fp, "complete": complete, **({"counts": counts} if counts else {})}
+    atomic_write_text(out_dir / META_DIR / MARKER_NAME, json.dumps(body, indent=2, sort_keys=True) + "\n")
+
+
+def _our_tars(out_dir: Path) -> list[Path]:
+    return sorted(p for p in out_dir.glob("pretrain-*.tar*") if p.is_file())
+
+
+def _clear_output(out_dir: Path) -> None:
+    for path in _our_tars(out_dir):
+        path.unlink()
+    for name in _OUR_META:
+        (out_dir / META_DIR / name).unlink(missing_ok=True)
+
+
+def _check_store_token_ids(config: Config) -> None:
+    if not config.write.store_token_ids:
+        return
+    raise ConfigError(
+        f"{config.source}: write.store_token_ids is not available yet (the token materializer "
+        "vlmpack_offline.tokens.materialize has not landed): set write.store_token_ids: false"
+    )
+
+
+# -- worker side ----------------------------------------------------------------------------
+def _records_for(config: Config, packs: Iterable[Pack]) -> dict:
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        return manifest.get_samples(sample_id for pack in packs for sample_id in pack.sample_ids)
+
+
+def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles, split: str):
+    return build_pack(
+        pack_id=pack.pack_id,
+        split=split,
+        capacity=config.sample.max_token_len,
+        sample_ids=pack.sample_ids,
+        records=records,
+        files=files,
+        template_text_key=config.data.template_text_key,
+    )
+
+
+def _size_packs(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> list[int]:
+    """Bytes each pack will take inside a tar (reads only the source JSON members)."""
+    config, shard_paths, packs = args
+    records = _records_for(config, packs)
+    files = SourceFiles(shard_paths)
+    try:
+        sizes = []
+        for pack in packs:
+            built = _pack_members(config, pack, records, files, pack.split)
+            sizes.append(
+                member_bytes_in_tar(len(built.json_bytes)) + sum(member_bytes_in_tar(m.size) for m in built.media)
+            )
+        return sizes
+    finally:
+        files.close()
+
+
+def _write_shard(args: tuple[Config, dict[str, str], ShardJob]) -> tuple[str, int, int]:
+    """Write one output shard; returns (name, packs, bytes)."""
+    config, shard_paths, job = args
+    records = _records_for(config, job.packs)
+    files = SourceFiles(shard_paths)
+    writer = ShardTarWriter(config.packed_wds_dir / job.name)
+    try:
+        for pack in job.packs:
+            built = _pack_members(config, pack, records, files, job.split)
+            members = [(JSON_PART, built.json_bytes)]
+            members.extend((m.part, files.read(m.shard, m.offset, m.size)) for m in built.media)
+            writer.add_sample(pack_key(pack.pack_id), members)
+        size = writer.bytes_written
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        files.close()
+    return job.name, len(job.packs), size
+
+
+def _map(fn: Callable, items: list, workers: int) -> list:
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=context) as pool:
+        return list(pool.map(fn, items))
+
+
+# -- driver ----------------------------------------------------------------------------------
+def _load_plan(config: Config) -> tuple[dict, list[Pack]]:
+    meta = read_plan_meta(config.work_dir)
+    if meta is None or not plan_path(config.work_dir).is_file():
+        raise PlanError(f"no finished plan in {config.work_dir}: run `vlmpack plan --config {config.source}` first")
+    if not meta.get("fingerprint"):
+        raise PlanError(f"{config.work_dir}/pack_plan.meta.json has no fingerprint: rerun `vlmpack plan`")
+    capacity = meta.get("capacity")
+    if capacity is not None and int(capacity) != config.sample.max_token_len:
+        raise StaleArtifactError(
+            f"the plan was made for capacity {capacity} but sample.max_token_len is "
+            f"{config.sample.max_token_len}: rerun `vlmpack bucket` and `vlmpack plan`"
+        )
+    return meta, list(read_plan(config.work_dir))
+
+
+def run(config: Config) -> StageResult:
+    started = time.perf_counter()
+    out_dir = config.packed_wds_dir
+    if not config.data.packed_wds_dir:
+        raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
+    meta, packs = _load_plan(config)
+    fp = write_fingerprint(config, meta["fingerprint"])
+    marker = _read_marker(out_dir)
+    if marker and marker.get("fingerprint") == fp and marker.get("complete"):
+        return StageResult(stage="write", skipped=True, summary=[f"{out_dir} is up to date"],
+                           counts=marker.get("counts", {}), seconds=time.perf_counter() - started)
+    rebuilt = False
+    if marker and marker.get("fingerprint") != fp:
+        _clear_output(out_dir)
+        rebuilt = True
+    elif marker is None and _our_tars(out_dir):
+        raise StaleArtifactError(
+            f"{out_dir} holds pretrain-*.tar files that vlmpack did not record writing: "
+            "move them away or point data.packed_wds_dir at an empty folder"
+        )
+    _check_store_token_ids(config)
+    if not manifest_path(config.work_dir).is_file():
+        raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        shard_paths = check_sources(manifest)
+    (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
+    _write_marker(out_dir, fp, complete=False)
+
+    workers = config.process.workers
+    chunks = [(config, shard_paths, tuple(packs[i : i + _SIZE_CHUNK])) for i in range(0, len(packs), _SIZE_CHUNK)]
+    sizes = [size for chunk in _map(_size_packs, chunks, workers) for size in chunk]
+    jobs = assign_shards(packs, sizes, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
+    todo = [job for job in jobs if not shard_is_done(out_dir / job.name)]
+    written = _map(_write_shard, [(config, shard_paths, job) for job in todo], workers)
+
+    split_parts: dict[str, list[str]] = {}
+    for job in jobs:
+        split_parts.setdefault(job.split, []).append(job.name)
+    split_parts.setdefault("train", [])
+    write_dataset_yaml(out_dir, config.sample.sample_type)
+    write_split_yaml(out_dir, split_parts)
+    write_info_json(out_dir, {job.name: len(job.packs) for job in jobs})
+    if config.write.energon_prepare:
+        run_energon_prepare(out_dir, split_parts, workers)
+    counts = {
+        "packs": len(packs),
+        "samples": sum(len(p.sample_ids) for p in packs),
+        "shards": len(jobs),
+        "shards_written": len(written),
+        "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
+    }
+    _write_marker(out_dir, fp, complete=True, counts=counts)
+    seconds = time.perf_counter() - started
+    summary = [
+        f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "
+        f"{counts['bytes'] / 1e6:.1f} MB -> {out_dir}",
+        f"wrote {len(written)} shards" + (f", kept {len(jobs) - len(written)} from an interrupted run" if len(written) < len(jobs) else "")
+        + (" (previous output was stale and was rebuilt)" if rebuilt else ""),
+        "splits: " + ", ".join(f"{name} {len(files)} shards" for name, files in split_parts.items()),
+    ]
+    return StageResult(stage="write", summary=summary, counts=counts, seconds=seconds)

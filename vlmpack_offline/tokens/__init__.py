@@ -1,0 +1,37 @@
+"""Exact token counts for VLM samples, shared by scan (``count``) and the loader (``materialize``).
+
+::
+
+    rules.py       ModelRules from the processor directory + model.processor_kwargs
+    media_info.py  probe_media(bytes) -> ImageMedia | VideoMedia; grid_thw; media_token_count
+    expansion.py   how the processor expands one pad (Qwen2/2.5-VL, Qwen3-VL timestamps)
+    counter.py     TokenCounter.count_many / count / materialize (fast path, Qwen-VL + text-only)
+    slow.py        SlowCounter: runs the HF processor for any other family
+    factory.py     make_counter(config): picks the fast or slow path
+"""
+
+from .counter import Count, CountError, Materialized, TokenCounter, load_tokenizer
+from .expansion import Expander, SpecialTokens
+from .factory import make_counter
+from .media_info import ImageMedia, MediaInfo, VideoMedia, grid_thw, media_token_count, probe_media
+from .rules import FAST_FAMILIES, ModelRules, load_model_rules
+
+__all__ = [
+    "Count",
+    "CountError",
+    "Materialized",
+    "TokenCounter",
+    "load_tokenizer",
+    "Expander",
+    "SpecialTokens",
+    "make_counter",
+    "ImageMedia",
+    "VideoMedia",
+    "MediaInfo",
+    "grid_thw",
+    "media_token_count",
+    "probe_media",
+    "FAST_FAMILIES",
+    "ModelRules",
+    "load_model_rules",
+]

@@ -1,0 +1,226 @@
+"""Exact token counts (scan) and the full token sequence (loader) from one shared rule set.
+
+Both entry points render the conversation with the tokenizer's chat template
+(one pad per media item) and expand each pad as the HF processor does
+(``expansion.py``)::
+
+    count        tokenize the compact text (one pad per item), batched, then add
+                 each item's expansion size arithmetically      -> Count(token_len, media_tokens)
+    materialize  build the fully expanded text, tokenize it, and map the template's
+                 {% generation %} spans onto it                 -> Materialized(input_ids, assistant_mask)
+
+``len(materialize(...).input_ids) == count(...).token_len`` always (tested).
+Text is tokenized with ``add_special_tokens=False``, as ``apply_chat_template``
+does: the template already holds every marker.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from ..config import Config, VideoConfig
+from ..conversation import Conversation
+from ..errors import ConfigError
+from ..media import MediaError
+from .expansion import Expander
+from .media_info import MediaInfo, probe_media
+from .rules import ModelRules, load_model_rules
+
+__all__ = ["Count", "CountError", "Materialized", "TokenCounter", "load_tokenizer", "UNSUPPORTED_MEDIA"]
+
+UNKNOWN_FORMAT = "unknown_format"
+UNSUPPORTED_MEDIA = "unsupported_media"  # media sample while model.processor_loader is auto_tokenizer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Count:
+    token_len: int  # len(input_ids) of the whole sample
+    media_tokens: int  # image + video pad tokens inside token_len
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Materialized:
+    input_ids: list[int]  # the processor's input_ids for the whole sample
+    assistant_mask: list[int]  # 1 where the token is assistant output (labels), 0 elsewhere; never 1 on media
+
+
+class CountError(ValueError):
+    """A sample that cannot be counted; ``reason`` is its manifest drop reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_tokenizer(path: str):
+    """``AutoTokenizer.from_pretrained(path)`` with a chat template (its own or ``chat_template.json``)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.chat_template:
+        template_file = Path(path) / "chat_template.json"
+        if template_file.is_file():
+            import json
+
+            tokenizer.chat_template = json.loads(template_file.read_text())["chat_template"]
+        else:
+            raise ConfigError(f"{path}: the tokenizer has no chat template (no chat_template.jinja / .json)")
+    return tokenizer
+
+
+class TokenCounter:
+    """Counts and materializes samples for a Qwen-VL family (the fast path) or text-only models."""
+
+    def __init__(self, rules: ModelRules, tokenizer, video: VideoConfig) -> None:
+        self.rules = rules
+        self.tokenizer = tokenizer
+        self.video = video
+        self.expander = Expander(rules, tokenizer)
+        self._template = tokenizer.chat_template
+        self._has_generation = bool(re.search(r"\{%-?\s*generation\s*-?%\}", self._template))
+        special = self.expander.special
+        self._pad_ids = {
+            "image": tokenizer.convert_tokens_to_ids(special.image_pad),
+            "video": tokenizer.convert_tokens_to_ids(special.video_pad),
+        }
+        self._pad_re = re.compile(f"{re.escape(special.image_pad)}|{re.escape(special.video_pad)}")
+
+    @classmethod
+    def from_config(cls, config: Config) -> TokenCounter:
+        """Load rules and the tokenizer once (one counter per worker process)."""
+        rules = load_model_rules(config.model)
+        return cls(rules, load_tokenizer(rules.processor_path), config.video)
+
+    # -- media --------------------------------------------------------------
+    def probe(self, kind: str, data: bytes, *, part: str = "") -> MediaInfo:
+        """Facts about one media part; raises ``CountError`` with its drop reason."""
+        if self.rules.text_only:
+            raise CountError(
+                UNSUPPORTED_MEDIA,
+                f"{part or kind}: model.processor_loader is auto_tokenizer, so only text samples can be counted; "
+                "set it to auto_processor to keep image/video samples",
+            )
+        try:
+            return probe_media(kind, data, rules=self.rules, video=self.video, part=part)
+        except MediaError as exc:
+            raise CountError(exc.reason, str(exc)) from None
+
+    # -- rendering ----------------------------------------------------------
+    def render(self, conversation: Conversation, *, spans: bool = False) -> tuple[str, list[tuple[int, int]]]:
+        """Chat-template text (one pad per media item) and, if asked, the assistant char spans."""
+        try:
+            rendered, indices = render_jinja_template(
+                conversations=[list(conversation.messages)],
+                chat_template=self._template,
+                return_assistant_tokens_mask=spans and self._has_generation,
+                **self.tokenizer.special_tokens_map,
+            )
+        except Exception as exc:  # jinja raises its own errors (TemplateError, UndefinedError, ...)
+            raise CountError(UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
+        return rendered[0], (list(indices[0]) if indices else [])
+
+    def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
+        expected = [m.kind for m in conversation.media]
+        if list(found) != expected:
+            raise CountError(
+                UNKNOWN_FORMAT,
+                f"the chat template rendered media pads {list(found)} for media items {expected}; "
+                "text that contains literal <|image_pad|>/<|video_pad|> is not supported",
+            )
+
+    # -- counting -----------------------------------------------------------
+    def count_many(
+        self, samples: Sequence[tuple[Conversation, Sequence[MediaInfo]]]
+    ) -> list[Count | CountError]:
+        """Counts for many samples with one batched tokenizer call; a failed sample gets its ``CountError``."""
+        texts: list[str] = []
+        results: list[Count | CountError | None] = []
+        for conversation, _media in samples:
+            try:
+                texts.append(self.render(conversation)[0])
+                results.append(None)
+            except CountError as exc:
+                results.append(exc)
+        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
+        for index, (conversation, media) in enumerate(samples):
+            if results[index] is not None:
+                continue
+            ids = next(encoded)
+            try:
+                found = ["image" if i == image_id else "video" for i in ids if i == image_id or i == video_id]
+                self._check_pads(conversation, found)
+                token_len, media_tokens = len(ids), 0
+                for item in media:
+                    size = self.expander.replacement_size(item)
+                    token_len += size.tokens - 1
+                    media_tokens += size.media_tokens
+                results[index] = Count(token_len=token_len, media_tokens=media_tokens)
+            except CountError as exc:
+                results[index] = exc
+            except MediaError as exc:
+                results[index] = CountError(exc.reason, str(exc))
+        return results  # type: ignore[return-value]
+
+    def count(self, conversation: Conversation, media: Sequence[MediaInfo]) -> Count:
+        """``count_many`` for one sample; raises ``CountError``."""
+        (result,) = self.count_many([(conversation, media)])
+        if isinstance(result, CountError):
+            raise result
+        return result
+
+    # -- materializing ------------------------------------------------------
+    def materialize(self, conversation: Conversation, media: Sequence[MediaInfo]) -> Materialized:
+        """The processor's ``input_ids`` for the whole sample plus the assistant-token mask.
+
+        ``media`` is in ``conversation.media`` order. The mask follows HF's
+        ``return_assistant_tokens_mask`` (tokens covering a ``{% generation %}`` span),
+        with every token of a media expansion set to 0.
+        """
+        rendered, spans = self.render(conversation, spans=True)
+        matches = list(self._pad_re.finditer(rendered))
+        pad_kind = {self.expander.special.image_pad: "image", self.expander.special.video_pad: "video"}
+        self._check_pads(conversation, [pad_kind[m.group()] for m in matches])
+        pieces: list[str] = []
+        regions: list[tuple[int, int]] = []  # expanded-text char ranges of each replacement
+        starts: list[int] = []  # rendered-text start of each pad, for mapping spans
+        shifts: list[int] = []  # cumulative length change after each pad
+        last, shift = 0, 0
+        for match, item in zip(matches, media, strict=True):
+            pieces.append(rendered[last : match.start()])
+            replacement = self.expander.replacement_text(item)
+            begin = match.start() + shift
+            regions.append((begin, begin + len(replacement)))
+            pieces.append(replacement)
+            shift += len(replacement) - (match.end() - match.start())
+            starts.append(match.start())
+            shifts.append(shift)
+            last = match.end()
+        pieces.append(rendered[last:])
+        expanded = "".join(pieces)
+        encoding = self.tokenizer(expanded, add_special_tokens=False)
+        ids = list(encoding["input_ids"])
+        mask = [0] * len(ids)
+
+        def to_expanded(pos: int) -> int:
+            k = bisect.bisect_left(starts, pos)  # pads that start strictly before pos
+            return pos + (shifts[k - 1] if k else 0)
+
+        for start, end in spans:
+            first = encoding.char_to_token(to_expanded(start))
+            final = encoding.char_to_token(to_expanded(end) - 1)
+            if first is None:
+                break
+            for position in range(first, final + 1 if final is not None else len(ids)):
+                mask[position] = 1
+        for begin, end in regions:
+            first, final = encoding.char_to_token(begin), encoding.char_to_token(end - 1)
+            for position in range(first, final + 1):
+                mask[position] = 0
+        return Materialized(input_ids=ids, assistant_mask=mask)
