@@ -34,6 +34,7 @@ def cli() -> None:
 
 # One module per subcommand under vlmpack_offline/commands/, each exposing `command`.
 _COMMANDS: tuple[str, ...] = (
+    "scan",
     "bucket",
     "plan",
     "stats",

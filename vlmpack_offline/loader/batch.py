@@ -71,19 +71,29 @@ class PackBatch:
     def model_kwargs(self, attn_implementation: str = "sdpa", *, with_labels: bool = True) -> dict:
         """Keyword arguments for ``model(**kwargs)`` of an HF VLM with this attention implementation.
 
-        * ``flash_attention_2`` / ``flash_attention_3``: no mask; ``cu_seq_lens_q/k`` + ``max_length_q/k``.
-        * ``sdpa`` / ``eager`` (CPU): a 4D block-diagonal causal bool mask ``[1, 1, S, S]``.
+        Always: ``input_ids``, ``labels``, ``position_ids`` ``[4, 1, S]`` (text row + mRoPE rows, see
+        ``hf_position_ids``), the vision fields, and ``use_cache=False`` (HF skips packed-sequence
+        handling when a cache exists).
+
+        * ``sdpa`` / ``eager`` (CPU): ``attention_mask`` = 4D block-diagonal causal bool mask ``[1, 1, S, S]``.
+          (Without it HF derives the same block mask from the text row of ``position_ids``.)
+        * ``flash_attention_2`` / ``_3``: no mask. ``cu_seq_lens_q/k`` + ``max_length_q/k`` are passed for
+          packs without media; with media they are left out, because HF Qwen-VL forwards these kwargs
+          into the vision tower too, whose attention sets its own ``cu_seq_lens_q`` (a duplicate keyword).
+          HF's flash path then derives the same ``cu_seqlens`` from the text row of ``position_ids``.
         """
-        kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), **self.vision}
+        kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
+        kwargs.update(self.vision)
         if with_labels:
             kwargs["labels"] = self.labels
         if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
-            kwargs.update(
-                cu_seq_lens_q=self.cu_seqlens,
-                cu_seq_lens_k=self.cu_seqlens,
-                max_length_q=self.max_seqlen,
-                max_length_k=self.max_seqlen,
-            )
+            if not len(self.vision):
+                kwargs.update(
+                    cu_seq_lens_q=self.cu_seqlens,
+                    cu_seq_lens_k=self.cu_seqlens,
+                    max_length_q=self.max_seqlen,
+                    max_length_k=self.max_seqlen,
+                )
         else:
             kwargs["attention_mask"] = block_causal_mask(self.cu_seqlens)
         return kwargs

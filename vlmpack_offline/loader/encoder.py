@@ -149,7 +149,7 @@ class PackEncoder:
         side = self.rules.factor
         buffer = io.BytesIO()
         Image.new("RGB", (side, side)).save(buffer, format="PNG")
-        tensors = self.media.image(buffer.getvalue())
+        tensors = self.media.image(buffer.getvalue(), do_resize=False)  # below min_pixels on purpose: 1 token
         t, h, w = (int(x) for x in tensors["image_grid_thw"][0])
         n_tokens = t * h * w // self.rules.merge_size**2
         ids = torch.full((n_tokens,), self.image_pad_id, dtype=torch.long)

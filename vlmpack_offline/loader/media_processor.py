@@ -63,11 +63,11 @@ class MediaProcessor:
         """The image processor of ``path``; ``processor_kwargs`` (``min_pixels``, ...) override it as in HF."""
         return cls(Qwen2VLImageProcessorPil.from_pretrained(str(path), **processor_kwargs))
 
-    def image(self, data: bytes) -> dict[str, torch.Tensor]:
-        """``pixel_values`` ``[N, D]`` and ``image_grid_thw`` ``[1, 3]`` of one image."""
+    def image(self, data: bytes, **overrides) -> dict[str, torch.Tensor]:
+        """``pixel_values`` ``[N, D]`` and ``image_grid_thw`` ``[1, 3]`` of one image (as opened: no EXIF transpose)."""
         with Image.open(io.BytesIO(data)) as img:
             img.load()
-            out = self.image_processor(images=[img], return_tensors="pt")
+            out = self.image_processor(images=[img], return_tensors="pt", **overrides)
         return dict(out)
 
     def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:

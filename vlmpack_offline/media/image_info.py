@@ -8,6 +8,7 @@ are given, so the header size is exactly the size the processor resizes from.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 
 from PIL import Image
@@ -30,7 +31,10 @@ def open_image(data: bytes, *, part: str = "image") -> Image.Image:
     except Image.DecompressionBombError as exc:  # the loader's PIL would refuse it the same way
         raise MediaError(CORRUPT_MEDIA, f"{part}: image too large for PIL ({exc})") from None
     except Exception as exc:  # PIL raises many types for bad files (UnidentifiedImageError, SyntaxError, ...)
-        raise MediaError(CORRUPT_MEDIA, f"{part}: not a readable image ({type(exc).__name__}: {exc})") from None
+        text = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", "the bytes", str(exc))  # no addresses in rows
+        raise MediaError(
+            CORRUPT_MEDIA, f"{part}: not a readable image ({type(exc).__name__}: {text})"
+        ) from None
 
 
 def image_size(data: bytes, *, part: str = "image") -> ImageSize:

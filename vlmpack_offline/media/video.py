@@ -82,7 +82,9 @@ def probe_video(data: bytes, *, part: str = "video") -> VideoInfo:
         height, width = reader[0].shape[:2] if n_frames else (0, 0)
     except Exception as exc:
         raise MediaError(CORRUPT_MEDIA, f"{part}: video cannot be decoded ({exc})") from None
-    return _checked(VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part)
+    return _checked(
+        VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part
+    )
 
 
 def _probe_pyav(data: bytes) -> VideoInfo:
@@ -134,10 +136,13 @@ def sample_video(
     nframes = _floor(min(max(nframes, min_frames), max_frames, total), temporal_factor)
     if not temporal_factor <= nframes <= total:
         raise MediaError(
-            CORRUPT_MEDIA, f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})"
+            CORRUPT_MEDIA,
+            f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})",
         )
     indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
-    max_pixels = max(min(video.max_pixels, video.total_pixels / nframes * temporal_factor), int(video.min_pixels * 1.05))
+    max_pixels = max(
+        min(video.max_pixels, video.total_pixels / nframes * temporal_factor), int(video.min_pixels * 1.05)
+    )
     try:
         height, width = smart_resize(
             info.height, info.width, factor=factor, min_pixels=video.min_pixels, max_pixels=max_pixels
@@ -188,5 +193,7 @@ def _decode_pyav(data: bytes, indices: tuple[int, ...]) -> np.ndarray:
             if position >= indices[-1]:
                 break
     if len(out) != len(indices):
-        raise MediaError(CORRUPT_MEDIA, f"video has fewer frames than probed ({len(out)} of {len(indices)} decoded)")
+        raise MediaError(
+            CORRUPT_MEDIA, f"video has fewer frames than probed ({len(out)} of {len(indices)} decoded)"
+        )
     return np.stack(out)

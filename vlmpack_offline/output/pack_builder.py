@@ -13,19 +13,26 @@ their media items appear; a part a conversation names twice is stored once.
 
 from __future__ import annotations
 
+import io
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 from ..artifacts import canonical_json
-from ..conversation import ConversationError, parse_conversation
-from ..errors import ShardError
+from ..conversation import Conversation, ConversationError, parse_conversation
+from ..errors import LengthMismatchError, ShardError
 from ..manifest import SampleRecord
 from ..packed_format import JSON_PART, PackedSample, PackedSubSample, media_part_name
 from ..tario import read_range
 
-__all__ = ["MediaSource", "BuiltPack", "SourceFiles", "build_pack", "json_part_of"]
+__all__ = ["MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pack", "json_part_of", "ids_npy_bytes"]
+
+# (source conversation, media bytes in conversation.media order) -> (input_ids, assistant_mask)
+Materializer = Callable[[Conversation, list[bytes]], tuple[list[int], list[int]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,12 +49,13 @@ class BuiltPack:
     sample: PackedSample  # the JSON part's content
     json_bytes: bytes  # canonical JSON of ``sample`` (sorted keys, UTF-8)
     media: tuple[MediaSource, ...]  # media parts in member order
+    ids_npy: bytes | None = None  # ids.npy part (int32 [2, S]: input_ids, assistant mask) when materialized
 
 
 class SourceFiles:
     """Open source tars by manifest shard name, a few at a time (an LRU of file handles)."""
 
-    def __init__(self, shard_paths: dict[str, str], max_open: int = 64) -> None:
+    def __init__(self, shard_paths: dict[str, str], max_open: int = 256) -> None:
         self._paths = shard_paths
         self._open: OrderedDict[str, BinaryIO] = OrderedDict()
         self._max_open = max_open
@@ -72,6 +80,9 @@ class SourceFiles:
             )
         return data
 
+    def fd(self, shard: str) -> int:
+        return self.handle(shard).fileno()
+
     def path(self, shard: str) -> Path:
         return Path(self._paths[shard])
 
@@ -91,9 +102,33 @@ def json_part_of(record: SampleRecord) -> str:
     raise ShardError(f"sample {record.id!r} has no JSON member (parts: {parts}); the manifest is inconsistent")
 
 
+def ids_npy_bytes(input_ids: list[int], assistant_mask: list[int]) -> bytes:
+    """``np.save`` of int32 [2, S]; the .npy header is deterministic, so are the bytes."""
+    out = io.BytesIO()
+    np.save(out, np.asarray([input_ids, assistant_mask], dtype=np.int32), allow_pickle=False)
+    return out.getvalue()
+
+
+def _tokens(
+    record: SampleRecord, conversation: Conversation, files: SourceFiles, materialize: Materializer
+) -> tuple[list[int], list[int]]:
+    media = [files.read(record.shard, *record.member(ref.part)) for ref in conversation.media]
+    ids, mask = materialize(conversation, media)
+    if len(ids) != record.token_len:
+        raise LengthMismatchError(
+            f"sample {record.id!r}: materialized {len(ids)} tokens but the scan counted {record.token_len}: "
+            "the processor settings changed since the scan; rerun `vlmpack scan`"
+        )
+    return ids, mask
+
+
 def _sub_sample(
-    record: SampleRecord, files: SourceFiles, template_text_key: str | None, first_index: int
-) -> tuple[PackedSubSample, list[MediaSource]]:
+    record: SampleRecord,
+    files: SourceFiles,
+    template_text_key: str | None,
+    first_index: int,
+    materialize: Materializer | None = None,
+) -> tuple[PackedSubSample, list[MediaSource], tuple[list[int], list[int]] | None]:
     offset, size = record.member(json_part_of(record))
     raw = files.read(record.shard, offset, size)
     try:
@@ -128,7 +163,8 @@ def _sub_sample(
     sub = PackedSubSample(
         id=record.id, token_len=record.token_len, media_tokens=record.media_tokens, messages=messages
     )
-    return sub, media
+    tokens = _tokens(record, conversation, files, materialize) if materialize else None
+    return sub, media, tokens
 
 
 def build_pack(
@@ -140,17 +176,29 @@ def build_pack(
     records: dict[str, SampleRecord],
     files: SourceFiles,
     template_text_key: str | None,
+    materialize: Materializer | None = None,
 ) -> BuiltPack:
-    """Build the JSON part of one pack and locate its media (reads only the source JSON members)."""
+    """Build the JSON part of one pack and locate its media (reads only the source JSON members,
+    and the media too when ``materialize`` is given, to store the pack's token ids)."""
     subs: list[PackedSubSample] = []
     media: list[MediaSource] = []
+    ids: list[int] = []
+    mask: list[int] = []
     for sample_id in sample_ids:
         record = records.get(sample_id)
         if record is None or record.status != "ok":
             state = "missing from" if record is None else f"{record.status!r} in"
             raise ShardError(f"pack {pack_id}: sample {sample_id!r} is {state} the manifest: rerun `vlmpack plan`")
-        sub, sub_media = _sub_sample(record, files, template_text_key, len(media))
+        sub, sub_media, tokens = _sub_sample(record, files, template_text_key, len(media), materialize)
         subs.append(sub)
         media.extend(sub_media)
+        if tokens is not None:
+            ids.extend(tokens[0])
+            mask.extend(tokens[1])
     sample = PackedSample(pack_id=pack_id, capacity=capacity, split=split, samples=tuple(subs))
-    return BuiltPack(sample=sample, json_bytes=canonical_json(sample.to_json()).encode(), media=tuple(media))
+    return BuiltPack(
+        sample=sample,
+        json_bytes=canonical_json(sample.to_json()).encode(),
+        media=tuple(media),
+        ids_npy=ids_npy_bytes(ids, mask) if materialize else None,
+    )

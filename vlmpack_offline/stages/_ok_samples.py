@@ -1,13 +1,14 @@
 """The ``ok`` rows of the manifest as compact columns: what bucket and plan both read.
 
 One query, ordered like ``Manifest.iter_samples`` (shard, seq), so index ``i``
-means the same sample in bucket, plan and stats. Ids are kept as one UTF-8
-byte buffer plus offsets (about 40 bytes a sample), not 10M Python strings.
+means the same sample in bucket, plan and stats. Ids are kept as one joined
+string per fetched chunk plus int64 offsets (about 45 bytes a sample, not a
+Python string per sample: 10M of those would cost ~1 GB).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm import tqdm
@@ -18,6 +19,7 @@ from ..manifest import Manifest, manifest_path
 __all__ = ["OkSamples", "load_ok_samples", "manifest_fingerprint", "MEDIA_TYPES"]
 
 MEDIA_TYPES = ("text", "image", "video")  # code = position; other names get codes after these
+_CHUNK = 200_000  # rows per fetch and per id string
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,15 +28,23 @@ class OkSamples:
     media_tokens: np.ndarray  # int32 per ok sample
     media_code: np.ndarray  # int8 index into ``media_names``
     media_names: tuple[str, ...]  # media type per code
-    id_bytes: bytes | None = None  # all ids, UTF-8, concatenated (only when asked for)
-    id_offsets: np.ndarray | None = None  # int64, n + 1 boundaries into ``id_bytes``
+    id_chunks: tuple[str, ...] = ()  # ids joined, ``chunk_rows`` samples per string (only when asked for)
+    id_offsets: np.ndarray | None = None  # int64 [n + 1]: id i = chunk[i // rows][off[i] - base : off[i+1] - base]
+    chunk_rows: int = _CHUNK
+    drops: dict[str, int] = field(default_factory=dict)  # manifest status -> count, for every status but ok
 
     @property
     def n(self) -> int:
         return len(self.token_len)
 
-    def sample_id(self, i: int) -> str:
-        return self.id_bytes[self.id_offsets[i] : self.id_offsets[i + 1]].decode()
+    def ids_of(self, indexes: np.ndarray) -> list[str]:
+        """Sample ids for an array of indexes (vectorized offset arithmetic, one slice per id)."""
+        chunk = indexes // self.chunk_rows
+        base = self.id_offsets[chunk * self.chunk_rows]
+        starts = (self.id_offsets[indexes] - base).tolist()
+        ends = (self.id_offsets[indexes + 1] - base).tolist()
+        chunks = self.id_chunks
+        return [chunks[c][s:e] for c, s, e in zip(chunk.tolist(), starts, ends, strict=True)]
 
 
 def manifest_fingerprint(work_dir) -> str:
@@ -48,33 +58,39 @@ def manifest_fingerprint(work_dir) -> str:
     return value
 
 
-def load_ok_samples(work_dir, *, with_ids: bool = False, chunk: int = 200_000) -> OkSamples:
-    columns = "token_len, media_tokens, media_type" + (", id" if with_ids else "")
-    names = list(MEDIA_TYPES)
-    lens, media, codes, id_parts, id_lens = [], [], [], [], []
+def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
+    numbers, id_chunks, id_lens = [], [], []
     with Manifest(manifest_path(work_dir)) as manifest:
-        (total,) = manifest.conn.execute("SELECT COUNT(*) FROM samples WHERE status = 'ok'").fetchone()
-        cursor = manifest.conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq")
-        with tqdm(total=total, desc="load manifest", unit="sample", disable=total < chunk) as bar:
-            while rows := cursor.fetchmany(chunk):
-                cols = list(zip(*rows, strict=True))
-                lens.append(np.array(cols[0], dtype=np.int32))
-                media.append(np.array(cols[1], dtype=np.int32))
-                for name in set(cols[2]) - set(names):
-                    names.append(name)
-                code_of = {name: i for i, name in enumerate(names)}
-                codes.append(np.array([code_of[t] for t in cols[2]], dtype=np.int8))
+        conn = manifest.conn
+        census = conn.execute("SELECT status, media_type, COUNT(*) FROM samples GROUP BY status, media_type").fetchall()
+        present = sorted({media for status, media, _ in census if status == "ok"})
+        names = list(MEDIA_TYPES) + [t for t in present if t not in MEDIA_TYPES]
+        total = sum(count for status, _, count in census if status == "ok")
+        drops: dict[str, int] = {}
+        for status, _, count in census:
+            if status != "ok":
+                drops[status] = drops.get(status, 0) + count
+        case = " ".join(f"WHEN ? THEN {code}" for code in range(len(names)))
+        columns = f"token_len, media_tokens, CASE media_type {case} END" + (", id" if with_ids else "")
+        cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", names)
+        with tqdm(total=total, desc="load manifest", unit="sample", disable=total < _CHUNK) as bar:
+            while rows := cursor.fetchmany(_CHUNK):
                 if with_ids:
-                    encoded = [s.encode() for s in cols[3]]
-                    id_parts.append(b"".join(encoded))
-                    id_lens.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+                    cols = list(zip(*rows, strict=True))
+                    numbers.append(np.array(cols[:3], dtype=np.int32).T)
+                    id_chunks.append("".join(cols[3]))
+                    id_lens.append(np.fromiter(map(len, cols[3]), dtype=np.int64, count=len(rows)))
+                else:
+                    numbers.append(np.array(rows, dtype=np.int32).reshape(-1, 3))
                 bar.update(len(rows))
-    cat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
+    table = np.concatenate(numbers) if numbers else np.zeros((0, 3), np.int32)
     offsets = None
     if with_ids:
-        offsets = np.zeros(sum(map(len, id_lens)) + 1, dtype=np.int64)
-        np.cumsum(cat(id_lens, np.int64), out=offsets[1:])
+        offsets = np.zeros(total + 1, dtype=np.int64)
+        if id_lens:
+            np.cumsum(np.concatenate(id_lens), out=offsets[1:])
     return OkSamples(
-        token_len=cat(lens, np.int32), media_tokens=cat(media, np.int32), media_code=cat(codes, np.int8),
-        media_names=tuple(names), id_bytes=b"".join(id_parts) if with_ids else None, id_offsets=offsets,
+        token_len=np.ascontiguousarray(table[:, 0]), media_tokens=np.ascontiguousarray(table[:, 1]),
+        media_code=table[:, 2].astype(np.int8), media_names=tuple(names),
+        id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=dict(sorted(drops.items())),
     )

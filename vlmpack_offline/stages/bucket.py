@@ -43,7 +43,7 @@ def read_bins_meta(config: Config) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def build_bins(samples: OkSamples, config: Config) -> dict[str, np.ndarray | tuple]:
+def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Pure: group the samples and pack each group. Returns {group: (indexes, offsets)}."""
     packing = config.packing
     limits = PackLimits(

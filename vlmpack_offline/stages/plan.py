@@ -4,7 +4,8 @@ Order: packs are shuffled with ``packing.seed`` (numpy ``default_rng``; no lengt
 curriculum). The first ``split.val_packs`` (or ``round(val_ratio * packs)``) of
 that order form the ``val`` split, written after all ``train`` packs. With
 ``packing.balance_world_size: N`` each split is then sorted by visual tokens,
-cut into groups of N consecutive packs and the groups are shuffled whole, so the
+cut into groups of N consecutive packs and the groups are shuffled whole (a short
+remainder group stays last), so the
 N data-parallel ranks of one step get similar ViT load.
 
 Before the file is final the plan is checked: every ok sample exactly once,
@@ -22,14 +23,13 @@ from tqdm import tqdm
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
-from ..manifest import Manifest, manifest_path
-from ..plan_file import Pack, plan_path, read_plan_meta, write_plan
+from ..plan_file import Pack, plan_meta_path, plan_path, read_plan_meta, write_plan
 from ..stage_result import StageResult
 from ..stats import compute_stats, write_stats
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
 from .bucket import bins_dir, bins_fingerprint, read_bins_meta
 
-__all__ = ["run", "plan_fingerprint", "order_packs", "validate"]
+__all__ = ["run", "plan_fingerprint", "order_packs", "validate", "iter_packs"]
 
 
 def plan_fingerprint(config: Config) -> tuple[str, str]:
@@ -55,9 +55,11 @@ def order_packs(pack_media: np.ndarray, config: Config) -> tuple[np.ndarray, np.
 
 
 def _balance(order: np.ndarray, pack_media: np.ndarray, world: int, rng: np.random.Generator) -> np.ndarray:
+    """Whole groups of ``world`` packs shuffled; a short last group stays last so groups stay aligned."""
     ranked = order[np.argsort(pack_media[order], kind="stable")]
-    groups = [ranked[i : i + world] for i in range(0, len(ranked), world)]
-    return np.concatenate([groups[g] for g in rng.permutation(len(groups))]) if groups else ranked
+    n_full = len(ranked) // world
+    groups = ranked[: n_full * world].reshape(n_full, world)[rng.permutation(n_full)]
+    return np.concatenate([groups.reshape(-1), ranked[n_full * world :]])
 
 
 def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int) -> None:
@@ -89,6 +91,7 @@ def run(config: Config) -> StageResult:
     if meta is not None and meta.get("fingerprint") == expected and plan_path(config.work_dir).exists():
         return StageResult(stage="plan", skipped=True, summary=[f"plan up to date ({plan_path(config.work_dir)})"])
 
+    plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
     samples = load_ok_samples(config.work_dir, with_ids=True)
     indexes, offsets, groups = _load_bins(config, bins_meta)
     planned = np.load(bins_dir(config) / "lengths.npy")
@@ -111,11 +114,11 @@ def run(config: Config) -> StageResult:
         "n_train_packs": int(len(train)), "n_val_packs": int(len(val)),
         "balance_world_size": config.packing.balance_world_size,
     }
-    write_plan(config.work_dir, _packs(order, splits, indexes, offsets, groups, samples, pack_media), meta)
+    write_plan(config.work_dir, iter_packs(order, splits, indexes, offsets, groups, samples, pack_media), meta)
 
     totals = np.add.reduceat(samples.token_len[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
         else np.zeros(0, np.int64)
-    stats = compute_stats(samples.token_len, totals, np.diff(offsets), capacity, _drops(config))
+    stats = compute_stats(samples.token_len, totals, np.diff(offsets), capacity, samples.drops)
     write_stats(config.work_dir, stats, expected, samples.token_len, totals)
     return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,
                        counts={"packs": int(len(order)), "val_packs": int(len(val)), "samples": samples.n})
@@ -134,19 +137,24 @@ def _load_bins(config: Config, bins_meta: dict) -> tuple[np.ndarray, np.ndarray,
     return indexes, np.concatenate(offs), groups
 
 
-def _packs(order, splits, indexes, offsets, groups, samples: OkSamples, pack_media):
-    ids, id_off, lengths = samples.id_bytes, samples.id_offsets, samples.token_len
-    rows = zip(order.tolist(), splits, strict=True)
-    for pack_id, (p, split) in enumerate(tqdm(rows, total=len(order), desc="plan", unit="pack",
-                                              disable=len(order) < 10_000)):
-        members = indexes[offsets[p] : offsets[p + 1]].tolist()
-        yield Pack(
-            pack_id=pack_id, split=split, media_type=groups[p],
-            sample_ids=tuple(ids[id_off[i] : id_off[i + 1]].decode() for i in members),
-            sample_token_lens=tuple(int(lengths[i]) for i in members), media_tokens=int(pack_media[p]),
-        )
-
-
-def _drops(config: Config) -> dict[str, int]:
-    with Manifest(manifest_path(config.work_dir)) as manifest:
-        return {k: v for k, v in manifest.status_counts().items() if k != "ok"}
+def iter_packs(order, splits, indexes, offsets, groups, samples: OkSamples, pack_media, *, block: int = 20_000):
+    """Pack records in training order; ids and lengths are gathered a block of packs at a time."""
+    bar = tqdm(total=len(order), desc="plan", unit="pack", disable=len(order) < 10 * block)
+    for first in range(0, len(order), block):
+        chosen = order[first : first + block]
+        sizes = offsets[chosen + 1] - offsets[chosen]
+        starts = np.repeat(offsets[chosen], sizes)  # position of each member in ``indexes``:
+        within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        members = indexes[starts + within]
+        ids = samples.ids_of(members.astype(np.int64))
+        lens = samples.token_len[members].tolist()
+        cut = 0
+        for k, (p, size) in enumerate(zip(chosen.tolist(), sizes.tolist(), strict=True)):
+            yield Pack(
+                pack_id=first + k, split=splits[first + k], media_type=groups[p],
+                sample_ids=tuple(ids[cut : cut + size]), sample_token_lens=tuple(lens[cut : cut + size]),
+                media_tokens=int(pack_media[p]),
+            )
+            cut += size
+        bar.update(len(chosen))
+    bar.close()

@@ -7,6 +7,7 @@ Checks, per output shard listed in ``.nv-meta/.info.json``:
 * each pack is a ``vlmpack.pack`` JSON, in the split ``split.yaml`` puts its shard in,
   with ``sum(token_len) <= capacity == sample.max_token_len``;
 * each media part's size and sha256 equal those of its source byte range;
+* an ``ids.npy`` part, when present, is int [2, sum(token_len)];
 
 and over all shards: every ``ok`` manifest sample appears exactly once, every planned
 pack is present. Problems are collected (not raised) so one run lists them all;
@@ -16,10 +17,13 @@ the first ones are printed and the exit code is 1.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from ..config import Config
 from ..errors import PlanError
@@ -27,7 +31,7 @@ from ..manifest import Manifest, manifest_path
 from ..output.energon_meta import energon_idx_offsets, read_idx, read_shard_counts, read_split_parts
 from ..output.pack_builder import SourceFiles, build_pack
 from ..output.tar_writer import idx_path_for
-from ..packed_format import JSON_PART, PackedSample
+from ..packed_format import IDS_PART, JSON_PART, PackedSample
 from ..plan_file import read_plan
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
@@ -73,6 +77,15 @@ class _Checker:
         if n != expected_count:
             self.problems.append(f"{tar.name}: {n} packs in the tar, .info.json says {expected_count}")
 
+    def ids_npy(self, where: str, total: int, data: bytes) -> None:
+        try:
+            shape = _ids_shape(data)
+        except ValueError as exc:
+            self.problems.append(f"{where}.{IDS_PART}: unreadable ({exc})")
+            return
+        if shape != (2, total):
+            self.problems.append(f"{where}.{IDS_PART}: shape {shape}, expected (2, {total}) from the token_len values")
+
     def pack(self, shard: str, key: str, split: str | None, parts: dict, handle) -> None:
         where = f"{shard}/{key}"
         if JSON_PART not in parts:
@@ -91,6 +104,8 @@ class _Checker:
             self.problems.append(f"{where}: {total} tokens, capacity {pack.capacity}, sample.max_token_len {capacity}")
         if split is not None and pack.split != split:
             self.problems.append(f"{where}: pack split {pack.split!r} but split.yaml lists the shard under {split!r}")
+        if IDS_PART in parts:
+            self.ids_npy(where, total, read_range(handle, parts[IDS_PART].offset, parts[IDS_PART].size))
         ids = tuple(s.id for s in pack.samples)
         self.seen.update(ids)
         records = self.manifest.get_samples(ids)
@@ -103,7 +118,7 @@ class _Checker:
             self.problems.append(f"{where}: cannot rebuild from the manifest ({exc})")
             return
         expected = {m.part: m for m in built.media}
-        stored = {name for name in parts if name not in (JSON_PART, "ids.npy")}
+        stored = {name for name in parts if name not in (JSON_PART, IDS_PART)}
         if stored != set(expected):
             self.problems.append(f"{where}: media parts {sorted(stored)} but the sources give {sorted(expected)}")
         for name in sorted(stored & set(expected)):
@@ -113,6 +128,10 @@ class _Checker:
                 self.problems.append(f"{where}.{name}: {out.size} bytes, source {source.shard}:{source.source_part} has {source.size}")
             elif _sha(read_range(handle, out.offset, out.size)) != _sha(self.files.read(source.shard, source.offset, source.size)):
                 self.problems.append(f"{where}.{name}: sha256 differs from source {source.shard}:{source.source_part}")
+
+
+def _ids_shape(data: bytes) -> tuple[int, ...]:
+    return tuple(np.load(io.BytesIO(data), allow_pickle=False).shape)
 
 
 def run(config: Config) -> StageResult:

@@ -2,7 +2,9 @@
 
 ::
 
-    pack_plan.jsonl ──sizes (parallel)──> shard assignment (pure, up front)
+    pack_plan.jsonl ──describe (parallel, chunks of 256 packs)──> .nv-meta/vlmpack-build/packs-*.pkl
+                    (JSON part bytes + media byte ranges per pack; gives each pack's tar size)
+                    ──> shard assignment (pure, up front, from the sizes)
                     ──one process per output shard──> pretrain-%06d.tar.tmp -> rename
                     ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack_write.json}
 
@@ -26,12 +28,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import pickle
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ..artifacts import atomic_write_text, fingerprint
+from ..artifacts import atomic_open, atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
@@ -42,10 +46,10 @@ from ..output.energon_meta import (
     write_info_json,
     write_split_yaml,
 )
-from ..output.pack_builder import SourceFiles, build_pack
+from ..output.pack_builder import Materializer, SourceFiles, build_pack
 from ..output.shard_plan import ShardJob, assign_shards
-from ..output.tar_writer import ShardTarWriter, member_bytes_in_tar, shard_is_done
-from ..packed_format import JSON_PART, PACK_FORMAT, pack_key
+from ..output.tar_writer import ShardTarWriter, SourceRange, member_bytes_in_tar, shard_is_done
+from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
 from ..stage_result import StageResult
 
@@ -53,7 +57,8 @@ __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", ".info.json", MARKER_NAME)
-_SIZE_CHUNK = 256  # packs per sizing task
+_SIZE_CHUNK = 256  # packs per describe task (and per scratch file)
+_SCRATCH = "vlmpack-build"  # .nv-meta/ subfolder for pack descriptions while a write runs
 
 
 def write_fingerprint(config: Config, plan_fingerprint: str) -> str:
@@ -105,17 +110,36 @@ def _our_tars(out_dir: Path) -> list[Path]:
 def _clear_output(out_dir: Path) -> None:
     for path in _our_tars(out_dir):
         path.unlink()
+    shutil.rmtree(out_dir / META_DIR / _SCRATCH, ignore_errors=True)
     for name in _OUR_META:
         (out_dir / META_DIR / name).unlink(missing_ok=True)
 
 
-def _check_store_token_ids(config: Config) -> None:
+_MATERIALIZERS: dict[str, Materializer] = {}  # one tokenizer per worker process, by config fingerprint
+
+
+def _materializer(config: Config) -> Materializer | None:
+    """``TokenCounter.materialize`` over media probed from bytes, or None without store_token_ids."""
     if not config.write.store_token_ids:
-        return
-    raise ConfigError(
-        f"{config.source}: write.store_token_ids is not available yet (the token materializer "
-        "vlmpack_offline.tokens.materialize has not landed): set write.store_token_ids: false"
-    )
+        return None
+    key = fingerprint(section_fingerprint_payload(config, "model", "video"))
+    if key not in _MATERIALIZERS:
+        from ..tokens import make_counter
+
+        counter = make_counter(config)
+        if not hasattr(counter, "materialize"):
+            raise ConfigError(
+                f"{config.source}: write.store_token_ids needs the fast token path (Qwen-VL families or text-only); "
+                f"model {config.model.model_type!r} has none: set write.store_token_ids: false"
+            )
+
+        def materialize(conversation, media_bytes):
+            infos = [counter.probe(ref.kind, data, part=ref.part) for ref, data in zip(conversation.media, media_bytes, strict=True)]
+            done = counter.materialize(conversation, infos)
+            return done.input_ids, done.assistant_mask
+
+        _MATERIALIZERS[key] = materialize
+    return _MATERIALIZERS[key]
 
 
 # -- worker side ----------------------------------------------------------------------------
@@ -126,6 +150,7 @@ def _records_for(config: Config, packs: Iterable[Pack]) -> dict:
 
 def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles, split: str):
     return build_pack(
+        materialize=_materializer(config),
         pack_id=pack.pack_id,
         split=split,
         capacity=config.sample.max_token_len,
@@ -136,34 +161,59 @@ def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles,
     )
 
 
-def _size_packs(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> list[int]:
-    """Bytes each pack will take inside a tar (reads only the source JSON members)."""
-    config, shard_paths, packs = args
-    records = _records_for(config, packs)
-    files = SourceFiles(shard_paths)
-    try:
-        sizes = []
-        for pack in packs:
-            built = _pack_members(config, pack, records, files, pack.split)
-            sizes.append(
-                member_bytes_in_tar(len(built.json_bytes)) + sum(member_bytes_in_tar(m.size) for m in built.media)
-            )
-        return sizes
-    finally:
-        files.close()
+def _chunk_path(out_dir: Path, chunk_no: int) -> Path:
+    return out_dir / META_DIR / _SCRATCH / f"packs-{chunk_no:06d}.pkl"
 
 
-def _write_shard(args: tuple[Config, dict[str, str], ShardJob]) -> tuple[str, int, int]:
-    """Write one output shard; returns (name, packs, bytes)."""
-    config, shard_paths, job = args
-    records = _records_for(config, job.packs)
+def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) -> list[int]:
+    """Build the JSON part and media locators of a chunk of packs; keep them in a scratch file.
+
+    Returns the bytes each pack takes inside a tar. Reads only the source JSON members;
+    the write pass then copies media without touching the manifest or parsing again.
+    """
+    config, shard_paths, chunk_no, packs = args
+    path = _chunk_path(config.packed_wds_dir, chunk_no)
+    if path.is_file():  # left by an interrupted run with the same fingerprint
+        described = pickle.loads(path.read_bytes())
+    else:
+        records = _records_for(config, packs)
+        files = SourceFiles(shard_paths)
+        try:
+            described = []
+            for pack in packs:
+                built = _pack_members(config, pack, records, files, pack.split)
+                media = tuple((m.part, m.shard, m.offset, m.size) for m in built.media)
+                described.append((built.json_bytes, media, built.ids_npy))
+        finally:
+            files.close()
+        with atomic_open(path, "wb") as handle:
+            pickle.dump(described, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    return [
+        member_bytes_in_tar(len(json_bytes))
+        + sum(member_bytes_in_tar(m[3]) for m in media)
+        + (member_bytes_in_tar(len(ids_npy)) if ids_npy is not None else 0)
+        for json_bytes, media, ids_npy in described
+    ]
+
+
+def _write_shard(args: tuple[Config, dict[str, str], ShardJob, tuple[int, ...]]) -> tuple[str, int, int]:
+    """Write one output shard from the described packs (``positions`` = plan positions of its packs)."""
+    config, shard_paths, job, positions = args
     files = SourceFiles(shard_paths)
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
+    loaded: dict[int, list] = {}
     try:
-        for pack in job.packs:
-            built = _pack_members(config, pack, records, files, job.split)
-            members = [(JSON_PART, built.json_bytes)]
-            members.extend((m.part, files.read(m.shard, m.offset, m.size)) for m in built.media)
+        for pack, position in zip(job.packs, positions, strict=True):
+            chunk_no = position // _SIZE_CHUNK
+            if chunk_no not in loaded:
+                loaded = {chunk_no: pickle.loads(_chunk_path(config.packed_wds_dir, chunk_no).read_bytes())}
+            json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
+            members = [(JSON_PART, json_bytes)]
+            members.extend(
+                (part, SourceRange(fd=files.fd(shard), offset=offset, size=size)) for part, shard, offset, size in media
+            )
+            if ids_npy is not None:
+                members.append((IDS_PART, ids_npy))
             writer.add_sample(pack_key(pack.pack_id), members)
         size = writer.bytes_written
         writer.finish()
@@ -219,7 +269,7 @@ def run(config: Config) -> StageResult:
             f"{out_dir} holds pretrain-*.tar files that vlmpack did not record writing: "
             "move them away or point data.packed_wds_dir at an empty folder"
         )
-    _check_store_token_ids(config)
+    _materializer(config)  # fail early on a bad tokenizer setup, before any output
     if not manifest_path(config.work_dir).is_file():
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
     with Manifest(manifest_path(config.work_dir)) as manifest:
@@ -228,11 +278,20 @@ def run(config: Config) -> StageResult:
     _write_marker(out_dir, fp, complete=False)
 
     workers = config.process.workers
-    chunks = [(config, shard_paths, tuple(packs[i : i + _SIZE_CHUNK])) for i in range(0, len(packs), _SIZE_CHUNK)]
-    sizes = [size for chunk in _map(_size_packs, chunks, workers) for size in chunk]
+    chunks = [
+        (config, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
+        for i in range(0, len(packs), _SIZE_CHUNK)
+    ]
+    sizes = [size for chunk in _map(_describe_packs, chunks, workers) for size in chunk]
     jobs = assign_shards(packs, sizes, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
-    todo = [job for job in jobs if not shard_is_done(out_dir / job.name)]
-    written = _map(_write_shard, [(config, shard_paths, job) for job in todo], workers)
+    position = {pack.pack_id: i for i, pack in enumerate(packs)}
+    todo = [
+        (config, shard_paths, job, tuple(position[p.pack_id] for p in job.packs))
+        for job in jobs
+        if not shard_is_done(out_dir / job.name)
+    ]
+    written = _map(_write_shard, todo, workers)
+    shutil.rmtree(out_dir / META_DIR / _SCRATCH, ignore_errors=True)
 
     split_parts: dict[str, list[str]] = {}
     for job in jobs:
@@ -250,7 +309,8 @@ def run(config: Config) -> StageResult:
         "shards_written": len(written),
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
     }
-    _write_marker(out_dir, fp, complete=True, counts=counts)
+    stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
+    _write_marker(out_dir, fp, complete=True, counts=stable)
     seconds = time.perf_counter() - started
     summary = [
         f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "

@@ -125,6 +125,16 @@ class TokenCounter:
             raise CountError(UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
         return rendered[0], (list(indices[0]) if indices else [])
 
+    def _render_all(self, conversations: Sequence[Conversation]) -> list[str]:
+        if not conversations:
+            return []
+        rendered, _ = render_jinja_template(
+            conversations=[list(c.messages) for c in conversations],
+            chat_template=self._template,
+            **self.tokenizer.special_tokens_map,
+        )
+        return list(rendered)
+
     def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
         expected = [m.kind for m in conversation.media]
         if list(found) != expected:
@@ -141,12 +151,16 @@ class TokenCounter:
         """Counts for many samples with one batched tokenizer call; a failed sample gets its ``CountError``."""
         texts: list[str] = []
         results: list[Count | CountError | None] = []
-        for conversation, _media in samples:
-            try:
-                texts.append(self.render(conversation)[0])
-                results.append(None)
-            except CountError as exc:
-                results.append(exc)
+        try:  # one template call for the batch; on any failure, per sample to isolate the bad one
+            texts = self._render_all([c for c, _ in samples])
+            results = [None] * len(samples)
+        except Exception:
+            for conversation, _media in samples:
+                try:
+                    texts.append(self.render(conversation)[0])
+                    results.append(None)
+                except CountError as exc:
+                    results.append(exc)
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
         image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
         for index, (conversation, media) in enumerate(samples):

@@ -37,9 +37,14 @@ class SpecialTokens:
     @classmethod
     def of(cls, tokenizer) -> SpecialTokens:
         """The tokens the processor would use: the tokenizer's attributes where it has them (as HF does)."""
-        return cls(**{f: getattr(tokenizer, t, None) or getattr(cls, f) for f, t in (
-            ("image_pad", "image_token"), ("video_pad", "video_token"),
-            ("vision_start", "vision_start_token"), ("vision_end", "vision_end_token"))})
+        names = {
+            "image_pad": "image_token",
+            "video_pad": "video_token",
+            "vision_start": "vision_start_token",
+            "vision_end": "vision_end_token",
+        }
+        found = {field: getattr(tokenizer, attr, None) for field, attr in names.items()}
+        return cls(**{field: value for field, value in found.items() if isinstance(value, str) and value})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,8 +82,10 @@ class Expander:
         if isinstance(media, VideoMedia) and self.rules.qwen3:
             stamps, per_frame = self._qwen3_video_blocks(media)
             sp = self.special
-            return "".join(f"<{ts:.1f} seconds>{sp.vision_start}{sp.video_pad * per_frame}{sp.vision_end}"
-                           for ts in stamps)
+            return "".join(
+                f"<{ts:.1f} seconds>{sp.vision_start}{sp.video_pad * per_frame}{sp.vision_end}"
+                for ts in stamps
+            )
         t, h, w = grid_thw(self.rules, media)
         return self.pad_for(media) * (t * h * w // self.rules.merge_size**2)
 

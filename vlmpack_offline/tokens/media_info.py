@@ -37,8 +37,14 @@ class VideoMedia:
 MediaInfo = ImageMedia | VideoMedia
 
 
-def probe_media(kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig, part: str = "") -> MediaInfo:
-    """Read one media part's facts (no pixel decode for images); raises ``MediaError`` with a drop reason."""
+def probe_media(
+    kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig, part: str = "", check_grid: bool = True
+) -> MediaInfo:
+    """Read one media part's facts (no pixel decode for images); raises ``MediaError`` with a drop reason.
+
+    ``check_grid=False`` skips the Qwen-VL grid (and its 200:1 aspect limit): the slow path
+    leaves such limits to the family's own processor.
+    """
     part = part or kind
     if kind == "image":
         size = image_size(data, part=part)
@@ -51,7 +57,8 @@ def probe_media(kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig
         media = VideoMedia(sampling=sampling)
     else:
         raise ValueError(f"unknown media kind {kind!r}")
-    grid_thw(rules, media, part=part)  # aspect-ratio check now, so the drop is recorded at probe time
+    if check_grid:  # Qwen-VL aspect-ratio check now, so the drop is recorded at probe time
+        grid_thw(rules, media, part=part)
     return media
 
 
@@ -59,14 +66,23 @@ def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[in
     """The (t, h, w) patch grid the Qwen-VL image/video processor gives for this item."""
     if isinstance(media, VideoMedia):
         s = media.sampling
-        return (s.n_frames // rules.temporal_patch_size, s.resized_height // rules.patch_size,
-                s.resized_width // rules.patch_size)
+        return (
+            s.n_frames // rules.temporal_patch_size,
+            s.resized_height // rules.patch_size,
+            s.resized_width // rules.patch_size,
+        )
     try:
         height, width = smart_resize(
-            media.height, media.width, factor=rules.factor, min_pixels=rules.min_pixels, max_pixels=rules.max_pixels
+            media.height,
+            media.width,
+            factor=rules.factor,
+            min_pixels=rules.min_pixels,
+            max_pixels=rules.max_pixels,
         )
     except ValueError as exc:  # transformers refuses aspect ratios past 200:1
-        raise MediaError(UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})") from None
+        raise MediaError(
+            UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})"
+        ) from None
     return 1, height // rules.patch_size, width // rules.patch_size
 
 

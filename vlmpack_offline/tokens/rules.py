@@ -82,9 +82,7 @@ def load_model_rules(model: ModelConfig) -> ModelRules:
         if text_only:
             model_type = "text"
         else:
-            raise ConfigError(
-                f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)"
-            )
+            raise ConfigError(f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)")
     pre = _read_json(path / "preprocessor_config.json")
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
     merged = {**pre, **model.processor_kwargs}
@@ -99,5 +97,7 @@ def load_model_rules(model: ModelConfig) -> ModelRules:
             settings[name] = int(value)
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
     if not text_only and rules.fast and not pre:
-        raise ConfigError(f"{path} has no preprocessor_config.json: the {model_type} image settings are needed")
+        raise ConfigError(
+            f"{path} has no preprocessor_config.json: the {model_type} image settings are needed"
+        )
     return rules

@@ -41,15 +41,20 @@ class SlowCounter:
     def __init__(self, rules: ModelRules, config: Config) -> None:
         from transformers import AutoProcessor
 
-        kwargs = {k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"}
+        kwargs = {
+            k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"
+        }
         log.warning(
             "model_type %r is not a Qwen-VL family: counting tokens by running its HF processor on "
-            "decoded media (slow path, expect ~100x fewer samples/s)", rules.model_type,
+            "decoded media (slow path, expect ~100x fewer samples/s)",
+            rules.model_type,
         )
         try:
             self.processor = AutoProcessor.from_pretrained(rules.processor_path, **kwargs)
         except Exception as exc:
-            raise ConfigError(f"AutoProcessor.from_pretrained({rules.processor_path!r}) failed: {exc}") from None
+            raise ConfigError(
+                f"AutoProcessor.from_pretrained({rules.processor_path!r}) failed: {exc}"
+            ) from None
         self.rules = rules
         self.video = config.video
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
@@ -64,12 +69,16 @@ class SlowCounter:
 
     def probe(self, kind: str, data: bytes, *, part: str = "") -> RawMedia:
         try:
-            info = probe_media(kind, data, rules=self.rules, video=self.video, part=part)
+            info = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
         except MediaError as exc:
             raise CountError(exc.reason, str(exc)) from None
-        return RawMedia(kind=kind, data=data, part=part or kind, video=info if isinstance(info, VideoMedia) else None)
+        return RawMedia(
+            kind=kind, data=data, part=part or kind, video=info if isinstance(info, VideoMedia) else None
+        )
 
-    def count_many(self, samples: Sequence[tuple[Conversation, Sequence[RawMedia]]]) -> list[Count | CountError]:
+    def count_many(
+        self, samples: Sequence[tuple[Conversation, Sequence[RawMedia]]]
+    ) -> list[Count | CountError]:
         out: list[Count | CountError] = []
         for conversation, media in samples:
             try:
@@ -79,14 +88,18 @@ class SlowCounter:
         return out
 
     def count(self, conversation: Conversation, media: Sequence[RawMedia]) -> Count:
-        rendered, _ = render_jinja_template(
-            conversations=[list(conversation.messages)], chat_template=self._template,
-            **self.tokenizer.special_tokens_map,
-        )
+        try:
+            rendered, _ = render_jinja_template(
+                conversations=[list(conversation.messages)],
+                chat_template=self._template,
+                **self.tokenizer.special_tokens_map,
+            )
+        except Exception as exc:  # jinja's own errors
+            raise CountError("unknown_format", f"chat template failed on this conversation: {exc}") from None
         images = [open_image(m.data, part=m.part) for m in media if m.kind == "image"]
         videos = [decode_frames(m.data, m.video.sampling) for m in media if m.kind == "video" and m.video]
         try:
-            out = self.processor(text=rendered, images=images or None, videos=videos or None)
+            out = self.processor(text=list(rendered), images=images or None, videos=videos or None)
         except Exception as exc:
             raise CountError("corrupt_media", f"the HF processor failed on this sample: {exc}") from None
         ids = list(out["input_ids"][0])

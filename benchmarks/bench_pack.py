@@ -1,0 +1,183 @@
+"""Benchmark bucket + plan: 10 million samples, time and peak memory; fill vs lower bound per algorithm.
+
+    python benchmarks/bench_pack.py                      # defaults below
+    python benchmarks/bench_pack.py --samples 10000000 --manifest-samples 1000000
+
+What is timed, honestly:
+  A. "arrays" — the stage code on 10M synthetic samples held as the arrays bucket
+     loads from the manifest: grouping + packing (stages.bucket.build_bins), plan
+     validation + shuffle/split/balance (stages.plan.validate / order_packs) and
+     writing pack_plan.jsonl with real-looking ids (plan_file.write_plan). Not timed
+     here: reading those arrays out of sqlite.
+  B. "manifest" — the real stages (bucket.run, plan.run, which include the sqlite
+     reads, validation, pack_plan.jsonl and the stats PNG) on a real manifest.sqlite
+     of --manifest-samples rows (building that sqlite is not timed).
+  C. fill ratio vs lower bound for every algorithm (--table-samples, C = 8192),
+     and the per-sample limits path at 100k samples.
+Peak memory is the max RSS (resource.getrusage) of a fresh child process for A and
+for B, so building the inputs does not inflate it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.manifest import Manifest, manifest_path
+from vlmpack_offline.packing import ALGORITHMS, PackLimits, lower_bound, pack_samples
+from vlmpack_offline.plan_file import write_plan
+from vlmpack_offline.stages import bucket, plan
+from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
+
+CAPACITY = 8192
+
+
+def synthetic(n: int, capacity: int, seed: int = 0) -> OkSamples:
+    """Lognormal lengths (median C/20, sigma 1), a media-type mix, ids like '<shard>.tar/<key>'."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(np.round(rng.lognormal(np.log(capacity / 20), 1.0, n)), 1, capacity).astype(np.int32)
+    codes = rng.choice(3, size=n, p=[0.3, 0.6, 0.1]).astype(np.int8)
+    media = np.where(codes == 0, 0, (lengths * 0.8).astype(np.int32)).astype(np.int32)
+    rows = 200_000
+    width = len("shard-000000.tar/sample-000000000")
+    offsets = np.arange(n + 1, dtype=np.int64) * width
+    chunks = tuple("".join(f"shard-{i // 10000:06d}.tar/sample-{i:09d}" for i in range(a, min(a + rows, n)))
+                   for a in range(0, n, rows))
+    return OkSamples(token_len=lengths, media_tokens=media, media_code=codes, media_names=MEDIA_TYPES,
+                     id_chunks=chunks, id_offsets=offsets, chunk_rows=rows)
+
+
+def _config(work_dir: Path, **packing):
+    return config_from_dict({"data": {"work_dir": str(work_dir)}, "sample": {"max_token_len": CAPACITY},
+                             "packing": packing, "split": {"val_ratio": 0.01}}, source="bench")
+
+
+def bench_arrays(n: int, queue) -> None:
+    t0 = time.perf_counter()
+    samples = synthetic(n, CAPACITY)
+    t_gen = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        config = _config(Path(tmp), balance_world_size=8)
+        t1 = time.perf_counter()
+        groups = bucket.build_bins(samples, config)
+        t_bucket = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        indexes = np.concatenate([g[0] for g in groups.values()])
+        offsets, names, base = [np.zeros(1, np.int64)], [], 0
+        for name, (_, off) in groups.items():
+            offsets.append(off[1:] + base)
+            base += int(off[-1])
+            names += [name] * (len(off) - 1)
+        offsets = np.concatenate(offsets)
+        plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY)
+        media = np.add.reduceat(samples.media_tokens[indexes].astype(np.int64), offsets[:-1])
+        train, val = plan.order_packs(media, config)
+        t_order = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        order = np.concatenate([train, val])
+        splits = ["train"] * len(train) + ["val"] * len(val)
+        packs = plan.iter_packs(order, splits, indexes, offsets, names, samples, media)
+        write_plan(tmp, packs, {"bench": True})
+        t_write = time.perf_counter() - t3
+        size = (Path(tmp) / "pack_plan.jsonl").stat().st_size
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    queue.put(dict(gen=t_gen, bucket=t_bucket, order=t_order, write=t_write, peak=peak, packs=len(order),
+                   lb=lower_bound(samples.token_len, CAPACITY), plan_bytes=size))
+
+
+def make_manifest(work_dir: Path, samples: OkSamples, rows: int = 200_000) -> float:
+    t0 = time.perf_counter()
+    names = samples.media_names
+    with Manifest(manifest_path(work_dir)) as manifest:
+        for first in range(0, samples.n, rows):
+            part = np.arange(first, min(first + rows, samples.n))
+            with manifest.conn:
+                manifest.conn.executemany(
+                    "INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    ((sample_id, f"shard-{i // 10000:06d}.tar", i % 10000, f"sample-{i:09d}", names[c], n, m,
+                      0, 0, "[]", "ok", "")
+                     for i, sample_id, n, m, c in zip(part.tolist(), samples.ids_of(part),
+                                                      samples.token_len[part].tolist(),
+                                                      samples.media_tokens[part].tolist(),
+                                                      samples.media_code[part].tolist(), strict=True)))
+        manifest.set_meta({"fingerprint": "bench"})
+    return time.perf_counter() - t0
+
+
+def bench_stages(work_dir: str, queue) -> None:
+    config = _config(Path(work_dir))
+    t0 = time.perf_counter()
+    bucket.run(config)
+    t_b = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    plan.run(config)
+    t_p = time.perf_counter() - t1
+    queue.put(dict(bucket=t_b, plan=t_p, peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
+
+
+def _in_child(target, *args) -> dict:
+    """Run in a fresh process so its peak RSS is its own."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    result = queue.get()
+    child.join()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=10_000_000)
+    parser.add_argument("--manifest-samples", type=int, default=1_000_000)
+    parser.add_argument("--table-samples", type=int, default=1_000_000)
+    args = parser.parse_args()
+    print("command:", shlex.join([sys.executable, *sys.argv]))
+
+    a = _in_child(bench_arrays, args.samples)
+    total = a["bucket"] + a["order"] + a["write"]
+    print(f"\nA. {args.samples:,} samples from arrays (C={CAPACITY}, group_by media_type, BFD, balance 8, val 1%)")
+    print(f"   bucket (group + BFD)        {a['bucket']:7.2f} s")
+    print(f"   plan (validate+order)       {a['order']:7.2f} s")
+    print(f"   plan (write jsonl, {a['plan_bytes'] / 2**20:.0f} MiB) {a['write']:7.2f} s")
+    print(f"   total bucket + plan         {total:7.2f} s   peak RSS {a['peak']:.2f} GiB "
+          f"(incl. {a['gen']:.1f} s synthetic data generation, not timed)")
+    print(f"   packs {a['packs']:,}  lower bound {a['lb']:,}  gap {100 * (a['packs'] / a['lb'] - 1):.4f}%")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t_make = make_manifest(Path(tmp), synthetic(args.manifest_samples, CAPACITY, seed=1))
+        b = _in_child(bench_stages, tmp)
+    print(f"\nB. real stages on a {args.manifest_samples:,}-row manifest.sqlite (built in {t_make:.1f} s, not timed)")
+    print(f"   bucket.run {b['bucket']:.2f} s + plan.run {b['plan']:.2f} s (sqlite reads, checks, plan file, "
+          f"stats PNG) = {b['bucket'] + b['plan']:.2f} s   peak RSS {b['peak']:.2f} GiB")
+
+    lengths = synthetic(args.table_samples, CAPACITY, seed=2).token_len
+    bound = lower_bound(lengths, CAPACITY)
+    print(f"\nC. fill vs lower bound, {args.table_samples:,} lognormal samples (median C/20), C={CAPACITY}, "
+          f"one group, lower bound {bound:,}")
+    print("| algorithm | limits | packs | fill ratio | packs / lower bound | seconds |")
+    print("|---|---|---|---|---|---|")
+    rows = [(name, PackLimits(capacity=CAPACITY), lengths) for name in ALGORITHMS]
+    small = lengths[:100_000]
+    rows += [(name, PackLimits(capacity=CAPACITY, max_samples=16, max_media_tokens=6144), small) for name in ALGORITHMS]
+    for name, limits, data in rows:
+        t0 = time.perf_counter()
+        bins = pack_samples(data, limits, algorithm=name, media_tokens=(data * 0.8).astype(np.int32))
+        dt = time.perf_counter() - t0
+        lb = lower_bound(data, CAPACITY)
+        tag = "none" if limits.unlimited else f"16 samples, 6144 media (n={len(data):,})"
+        fill = int(data.astype(np.int64).sum()) / (bins.n_packs * CAPACITY)
+        print(f"| {name} | {tag} | {bins.n_packs:,} | {fill:.5f} | {bins.n_packs / lb:.5f} | {dt:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Scan throughput vs the per-sample image-processor baseline, on image-heavy synthetic shards.
+
+Baseline (what the published offline-packing tool does): for every sample, decode
+each image and run the real processor (``Qwen2_5_VLProcessor`` with
+``Qwen2VLImageProcessorPil``) on text + pixels, then take ``len(input_ids)``.
+vlmpack: ``stages.scan.run`` end to end (shard discovery, tar reading, header-only
+image sizes, batched tokenization, sqlite commits), one worker, like the baseline.
+Both must give identical token counts for every sample the baseline counted.
+
+The baseline's cost is the same for every sample, so it runs on the first
+``--baseline-samples`` only (its setup excluded from its time); vlmpack runs on
+all ``--samples`` with its setup (tokenizer load, processor-dir hashing)
+included. Both choices favour the baseline.
+
+    python benchmarks/bench_scan.py [--samples 1200] [--baseline-samples 150] [--shards 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+from transformers import Qwen2_5_VLProcessor, Qwen3VLProcessor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.conversation import parse_conversation
+from vlmpack_offline.manifest import Manifest, manifest_path
+from vlmpack_offline.stages import scan
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, write_shard
+from vlmpack_offline.tario import iter_samples, read_range
+from vlmpack_offline.tokens import load_tokenizer
+
+_WORDS = "the a cat dog red blue image shows sits near table window tree river city street car bird".split()
+
+
+def make_shards(root: Path, n_samples: int, n_shards: int, seed: int = 0) -> list[Path]:
+    """Samples with 1-2 JPEG images of 300-1500 px per side and a short Q/A."""
+    rng = random.Random(seed)
+    per_shard: list[list[SyntheticSample]] = [[] for _ in range(n_shards)]
+    for index in range(n_samples):
+        n_images = rng.choice((1, 1, 2))
+        media = {
+            f"img{i}.jpg": image_bytes(rng.randint(300, 1500), rng.randint(300, 1500), seed=index * 7 + i)
+            for i in range(n_images)
+        }
+        user = [{"type": "image", "image": part} for part in media]
+        user.append({"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))})
+        answer = " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        per_shard[index % n_shards].append(
+            SyntheticSample(key=f"s{index:06d}", json={"messages": messages}, media=media)
+        )
+    return [write_shard(root / f"shard-{n:06d}.tar", samples) for n, samples in enumerate(per_shard)]
+
+
+def baseline(
+    shards: list[Path], processor_dir: Path, family: str, limit: int
+) -> tuple[dict[str, int], float]:
+    """Decode every image and run the real processor per sample; returns ({id: token_len}, seconds)."""
+    tokenizer = load_tokenizer(str(processor_dir))
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(processor_dir)
+    base = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen3VLProcessor
+    # image processor + tokenizer only: the class's video processor needs torchvision (absent here)
+    cls = type(
+        "ImageOnly", (base,), {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])}
+    )
+    processor = cls(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
+    counts: dict[str, int] = {}
+    start = time.perf_counter()
+    for path in shards:
+        with open(path, "rb") as handle:
+            for raw in iter_samples(path):
+                parts = {m.part: read_range(handle, m.offset, m.size) for m in raw.members}
+                conversation = parse_conversation(parts.pop("json"), key=raw.key, parts=list(parts))
+                text = tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
+                images = [Image.open(io.BytesIO(parts[m.part])).convert("RGB") for m in conversation.media]
+                ids = processor(text=[text], images=images or None)["input_ids"][0]
+                counts[f"{path.name}/{raw.key}"] = len(ids)
+                if len(counts) >= limit:
+                    return counts, time.perf_counter() - start
+    return counts, time.perf_counter() - start
+
+
+def vlmpack_scan(shards: list[Path], processor_dir: Path, work: Path) -> tuple[dict[str, int], float]:
+    config = config_from_dict(
+        {
+            "data": {
+                "wds_dir": str(shards[0].parent),
+                "work_dir": str(work),
+                "packed_wds_dir": str(work / "out"),
+            },
+            "sample": {"max_token_len": 1_000_000},
+            "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
+            "process": {"workers": 1},
+        },
+        source="bench",
+    )
+    start = time.perf_counter()
+    result = scan.run(config)
+    seconds = time.perf_counter() - start
+    assert result.counts["dropped"] == 0, result.summary
+    with Manifest(manifest_path(work)) as manifest:
+        return {s.id: s.token_len for s in manifest.iter_samples()}, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=1200)
+    parser.add_argument("--baseline-samples", type=int, default=150)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl"), default="qwen2_5_vl")
+    parser.add_argument(
+        "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
+    )
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        processor_dir = build_processor_dir(root / "processor", args.family)
+        shards = make_shards(root / "wds", args.samples, args.shards)
+        ours, ours_s = vlmpack_scan(shards, processor_dir, root / "work")
+        theirs, theirs_s = baseline(shards, processor_dir, args.family, args.baseline_samples)
+    mismatches = [k for k in theirs if theirs[k] != ours.get(k)]
+    ours_rate, theirs_rate = len(ours) / ours_s, len(theirs) / theirs_s
+    ratio = ours_rate / theirs_rate
+    print(
+        f"command: python benchmarks/bench_scan.py --samples {args.samples} "
+        f"--baseline-samples {args.baseline_samples} --shards {args.shards} --family {args.family}"
+    )
+    print(
+        f"samples: vlmpack {len(ours)}, baseline {len(theirs)}; identical counts on the baseline's "
+        f"samples: {not mismatches} ({len(mismatches)} mismatches)"
+    )
+    print(
+        f"baseline (decode + {args.family} processor per sample): {theirs_s:.2f}s, {theirs_rate:.1f} samples/s"
+    )
+    print(f"vlmpack scan (stage end to end incl. setup, 1 worker):  {ours_s:.2f}s, {ours_rate:.1f} samples/s")
+    print(f"speed-up: {ratio:.1f}x (target >= {args.min_ratio:.0f}x)")
+    if mismatches or len(ours) != args.samples:
+        return 1
+    return 0 if ratio >= args.min_ratio else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

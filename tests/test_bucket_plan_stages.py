@@ -1,0 +1,223 @@
+"""bucket -> plan -> stats on small real manifests built in tmp_path.
+
+Manifests are written through ``Manifest.write_shard`` (the scan's writer), so
+these tests do not depend on the scan stage.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from vlmpack_offline.cli import cli
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.errors import PlanError, StaleArtifactError
+from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
+from vlmpack_offline.plan_file import plan_path, read_plan, read_plan_meta
+from vlmpack_offline.stages import bucket, plan, stats
+
+CAPACITY = 1000
+
+
+def _write_manifest(work_dir, *, n=120, seed=0, drops=("bad_json", "overlong")) -> dict[str, int]:
+    """Random ok samples over three media types plus a few drops; returns {id: token_len} of ok samples."""
+    rng = np.random.default_rng(seed)
+    kinds = ("text", "image", "video")
+    ok = {}
+    with Manifest(manifest_path(work_dir)) as manifest:
+        for shard_no in range(2):
+            shard = f"part-{shard_no:03d}.tar"
+            records = []
+            for seq in range(n // 2):
+                kind = kinds[int(rng.integers(3))]
+                length = int(rng.integers(1, CAPACITY + 1))
+                rec = SampleRecord(
+                    id=f"{shard}/k{seq}", shard=shard, seq=seq, key=f"k{seq}", media_type=kind,
+                    token_len=length, media_tokens=0 if kind == "text" else length // 2,
+                    n_images=int(kind == "image"), n_videos=int(kind == "video"), members=(("json", 0, 10),),
+                )
+                records.append(rec)
+                ok[rec.id] = length
+            for j, reason in enumerate(drops):
+                records.append(SampleRecord(
+                    id=f"{shard}/bad{j}", shard=shard, seq=n + j, key=f"bad{j}", media_type="text",
+                    token_len=0, media_tokens=0, n_images=0, n_videos=0, members=(), status=reason, error="x",
+                ))
+            manifest.write_shard(ShardRecord(shard=shard, path=shard, size=1, mtime_ns=1, n_samples=len(records)),
+                                 records)
+        manifest.set_meta({"fingerprint": f"scan-{seed}-{n}"})
+    return ok
+
+
+def _config(tmp_path, **sections):
+    raw = {"data": {"work_dir": str(tmp_path / "work")}, "sample": {"max_token_len": CAPACITY}}
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return config_from_dict(raw, source="test")
+
+
+def _run_all(config):
+    return bucket.run(config), plan.run(config)
+
+
+def test_plan_holds_every_ok_sample_once_within_capacity(tmp_path):
+    config = _config(tmp_path)
+    ok = _write_manifest(config.work_dir)
+    _run_all(config)
+    packs = list(read_plan(config.work_dir))
+    ids = [sid for pack in packs for sid in pack.sample_ids]
+    assert sorted(ids) == sorted(ok)
+    assert [p.pack_id for p in packs] == list(range(len(packs)))
+    for pack in packs:
+        assert pack.total_token_len <= CAPACITY
+        assert list(pack.sample_token_lens) == [ok[s] for s in pack.sample_ids]
+        assert list(pack.sample_token_lens) == sorted(pack.sample_token_lens, reverse=True)
+        assert pack.media_type in {"text", "image", "video"}
+
+
+def test_same_inputs_give_byte_identical_bins_and_plan(tmp_path):
+    outputs = []
+    for run_dir in ("a", "b"):
+        config = _config(tmp_path / run_dir)
+        _write_manifest(config.work_dir)
+        _run_all(config)
+        files = sorted((config.work_dir / "bins").iterdir()) + [plan_path(config.work_dir)]
+        outputs.append({f.name: f.read_bytes() for f in files})
+    assert outputs[0] == outputs[1]
+
+
+def test_rerun_is_a_noop_and_config_change_reruns(tmp_path):
+    config = _config(tmp_path)
+    _write_manifest(config.work_dir)
+    _run_all(config)
+    before = plan_path(config.work_dir).stat().st_mtime_ns
+    again_bucket, again_plan = _run_all(config)
+    assert again_bucket.skipped and again_plan.skipped
+    assert plan_path(config.work_dir).stat().st_mtime_ns == before
+    reseeded = _config(tmp_path, packing={"seed": 7})
+    with pytest.raises(StaleArtifactError, match="rerun `vlmpack bucket`"):
+        plan.run(reseeded)  # bins were built under another packing config
+    assert not bucket.run(reseeded).skipped
+    assert not plan.run(reseeded).skipped
+
+
+def test_new_manifest_makes_bins_stale(tmp_path):
+    config = _config(tmp_path)
+    _write_manifest(config.work_dir)
+    _run_all(config)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        manifest.set_meta({"fingerprint": "a-new-scan"})
+    with pytest.raises(StaleArtifactError, match="another manifest"):
+        plan.run(config)
+    with pytest.raises(StaleArtifactError):
+        stats.run(config)
+
+
+def test_changed_lengths_are_refused_before_the_plan_is_written(tmp_path):
+    config = _config(tmp_path)
+    _write_manifest(config.work_dir)
+    bucket.run(config)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        manifest.conn.execute("UPDATE samples SET token_len = token_len - 1 WHERE id = 'part-000.tar/k0'")
+        manifest.conn.commit()
+    with pytest.raises(PlanError, match="changed since bucket"):
+        plan.run(config)
+    assert not plan_path(config.work_dir).exists()
+
+
+def test_val_split_by_count_and_by_ratio(tmp_path):
+    config = _config(tmp_path, split={"val_packs": 3})
+    _write_manifest(config.work_dir)
+    _run_all(config)
+    splits = [p.split for p in read_plan(config.work_dir)]
+    assert splits.count("val") == 3 and splits[-3:] == ["val"] * 3
+    ratio = _config(tmp_path, split={"val_ratio": 0.25})
+    plan.run(ratio)
+    splits = [p.split for p in read_plan(ratio.work_dir)]
+    assert splits.count("val") == round(0.25 * len(splits))
+
+
+def test_balance_world_size_groups_packs_of_similar_visual_tokens(tmp_path):
+    world = 4
+    config = _config(tmp_path, packing={"balance_world_size": world}, split={"val_packs": 0})
+    _write_manifest(config.work_dir, n=400)
+    _run_all(config)
+    media = [p.media_tokens for p in read_plan(config.work_dir)]
+    groups = [media[i : i + world] for i in range(0, len(media), world)]
+    ranked = sorted(media)
+    expected_groups = sorted(tuple(ranked[i : i + world]) for i in range(0, len(ranked), world))
+    assert sorted(tuple(sorted(g)) for g in groups) == expected_groups
+    assert [g[0] for g in groups] != sorted(g[0] for g in groups)  # the groups themselves are shuffled
+
+
+def test_group_by_none_mixes_media_types(tmp_path):
+    config = _config(tmp_path, packing={"group_by": "none"})
+    ok = _write_manifest(config.work_dir)
+    _run_all(config)
+    packs = list(read_plan(config.work_dir))
+    assert {p.media_type for p in packs} == {"mixed"}
+    assert sorted(s for p in packs for s in p.sample_ids) == sorted(ok)
+
+
+def test_limits_hold_in_the_plan(tmp_path):
+    config = _config(tmp_path, packing={"max_samples_per_pack": 2, "max_media_tokens_per_pack": 600})
+    _write_manifest(config.work_dir)
+    _run_all(config)
+    for pack in read_plan(config.work_dir):
+        assert len(pack.sample_ids) <= 2
+        assert pack.media_tokens <= 600 or len(pack.sample_ids) == 1
+
+
+def test_stats_writes_png_and_json_with_drops(tmp_path):
+    config = _config(tmp_path)
+    ok = _write_manifest(config.work_dir)
+    _run_all(config)
+    (config.work_dir / "stats.json").unlink()
+    result = stats.run(config)
+    numbers = json.loads((config.work_dir / "stats.json").read_text())
+    assert (config.work_dir / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert numbers["samples"] == len(ok)
+    assert numbers["packs"] == read_plan_meta(config.work_dir)["n_packs"]
+    assert numbers["drops"] == {"bad_json": 2, "overlong": 2}
+    assert numbers["lower_bound"] <= numbers["packs"]
+    assert numbers["fill_ratio"] == pytest.approx(sum(ok.values()) / (numbers["packs"] * CAPACITY))
+    assert any("fill ratio" in line for line in result.summary)
+    assert stats.run(config).skipped
+
+
+def test_cli_runs_the_stages_and_every_command_has_help(tmp_path):
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text(f"data:\n  work_dir: {tmp_path / 'work'}\nsample:\n  max_token_len: {CAPACITY}\n")
+    _write_manifest(tmp_path / "work")
+    runner = CliRunner()
+    for name in ("bucket", "plan", "stats"):
+        helped = runner.invoke(cli, [name, "--help"])
+        assert helped.exit_code == 0 and "--config" in helped.output and len(helped.output.splitlines()) > 3
+        done = runner.invoke(cli, [name, "--config", str(config_path)])
+        assert done.exit_code == 0, done.output
+    assert "lower bound" in done.output
+    again = runner.invoke(cli, ["bucket", "--config", str(config_path)])
+    assert "up to date" in again.output
+
+
+def test_rerun_after_a_crash_gives_the_identical_files(tmp_path):
+    clean = _config(tmp_path / "clean")
+    _write_manifest(clean.work_dir)
+    _run_all(clean)
+    crashed = _config(tmp_path / "crashed")
+    _write_manifest(crashed.work_dir)
+    _run_all(crashed)
+    # What a kill -9 mid-write leaves: half-written temporaries, a truncated plan, no meta marking it complete.
+    plan_file = plan_path(crashed.work_dir)
+    plan_file.write_bytes(plan_file.read_bytes()[:100])
+    (crashed.work_dir / "pack_plan.meta.json").unlink()
+    (crashed.work_dir / "pack_plan.jsonl.tmp").write_text("{partial")
+    (crashed.work_dir / "bins" / "meta.json").unlink()
+    (crashed.work_dir / "bins" / "image.indexes.npy").write_bytes(b"junk")
+    bucket_again, plan_again = _run_all(crashed)
+    assert not bucket_again.skipped and not plan_again.skipped
+    for name in ("pack_plan.jsonl", "pack_plan.meta.json", "bins/image.indexes.npy", "bins/meta.json"):
+        assert (crashed.work_dir / name).read_bytes() == (clean.work_dir / name).read_bytes(), name

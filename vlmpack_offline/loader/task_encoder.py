@@ -1,0 +1,51 @@
+"""megatron-energon entry point: ``PackTaskEncoder`` turns cooked packs into ``PackBatch`` es.
+
+::
+
+    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
+    encoder = PackTaskEncoder(PackEncoder(config))
+    ds = get_train_dataset(config.data.packed_wds_dir, batch_size=1, shuffle_buffer_size=None,
+                           max_samples_per_sequence=None, worker_config=WorkerConfig.default_worker_config(),
+                           task_encoder=encoder)
+    for batch in get_loader(ds):   # one PackBatch per step: the pack is the batch
+        ...
+
+A pack already fills the context, so a batch is one pack (``batch_size=1``);
+``batch`` refuses more, because concatenating packs would break the
+``cu_seqlens`` contract and the capacity the plan promised.
+"""
+
+from __future__ import annotations
+
+from megatron.energon import DefaultTaskEncoder
+
+from .batch import PackBatch
+from .cooker import DEFAULT_SAMPLE_TYPE, CookedPack, cooker
+from .encoder import PackEncoder
+
+__all__ = ["PackTaskEncoder"]
+
+
+class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackBatch]):
+    """Cooker for our sample type + ``encode_sample`` (one pack -> ``PackBatch``) + ``batch`` (size 1)."""
+
+    decoder = None  # media stay encoded bytes: the model's processor decodes them
+
+    def __init__(self, encoder: PackEncoder, *, sample_type: str | None = None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.cookers = [cooker(sample_type or encoder.config.sample.sample_type or DEFAULT_SAMPLE_TYPE)]
+
+    def encode_sample(self, sample: CookedPack) -> PackBatch:
+        return self.encoder.encode(sample.pack, sample.media)
+
+    def batch(self, samples: list[PackBatch]) -> PackBatch:
+        if len(samples) != 1:
+            raise ValueError(
+                f"a batch is one pack, got {len(samples)}: pass batch_size=1 to get_train_dataset "
+                "(use gradient accumulation for more packs per optimizer step)"
+            )
+        return samples[0]
+
+    def encode_batch(self, batch: PackBatch) -> PackBatch:
+        return batch

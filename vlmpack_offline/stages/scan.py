@@ -1,0 +1,218 @@
+"""``vlmpack scan``: WebDataset tars -> ``work_dir/manifest.sqlite`` (+ ``manifest.jsonl``).
+
+::
+
+    discover shards ─► skip shards already in the manifest (resume)
+                    ─► process.workers processes, one tokenizer each, one shard per task
+                    ─► parent commits each finished shard (Manifest.write_shard)
+                    ─► manifest.jsonl rewritten from sqlite, meta "fingerprint" set last
+
+Resume: the manifest records the fingerprint of its inputs (config sections
+data/sample/model/video + hashes of the processor directory's files) as
+``scan_inputs``. A rerun with the same inputs scans only the shards without a
+row (or whose size/mtime changed); other inputs are refused (StaleArtifactError).
+``fingerprint`` (what later stages check) is set only when every shard is in.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..artifacts import atomic_open, fingerprint
+from ..config import Config, section_fingerprint_payload
+from ..errors import ConfigError, ShardError, StaleArtifactError
+from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
+from ..stage_result import StageResult
+from ._scan_shard import ShardScanner, ShardTask, init_worker, scan_in_worker
+
+__all__ = ["run", "discover_shards", "scan_inputs_fingerprint", "manifest_jsonl_path"]
+
+
+def manifest_jsonl_path(config: Config) -> Path:
+    return config.work_dir / "manifest.jsonl"
+
+
+def _expand(entry: str) -> list[Path]:
+    if any(ch in entry for ch in "*?["):
+        return [Path(p) for p in sorted(glob.glob(entry, recursive=True)) if p.endswith(".tar")]
+    path = Path(entry)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.tar") if p.is_file())
+    if path.is_file():
+        return [path]
+    raise ShardError(f"data.wds_dir entry {entry!r} is not a file, a directory or a glob that matches")
+
+
+def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
+    """Every ``.tar`` under ``wds_dir`` (directory searched recursively, glob, or list of either).
+
+    Shard names are paths relative to the common root (the directory itself when
+    one directory is given), with ``/`` separators: they prefix every sample id.
+    """
+    entries = wds_dir if isinstance(wds_dir, list) else [wds_dir]
+    if not entries or not all(entries):
+        raise ConfigError("data.wds_dir is empty: set it to a folder, a glob or a list of .tar files")
+    paths = sorted({p.resolve() for entry in entries for p in _expand(entry)})
+    if not paths:
+        raise ShardError(f"no .tar shards found in data.wds_dir = {wds_dir!r}")
+    if len(entries) == 1 and Path(entries[0]).is_dir():
+        root = Path(entries[0]).resolve()
+    else:
+        root = Path(os.path.commonpath([str(p.parent) for p in paths]))
+    return [ShardTask(shard=p.relative_to(root).as_posix(), path=str(p)) for p in paths]
+
+
+def _processor_hashes(directory: str) -> dict[str, str]:
+    out = {}
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file():
+            out[path.relative_to(directory).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def scan_inputs_fingerprint(config: Config) -> str:
+    """What the scan's rows depend on: config data/sample/model/video + the processor directory's files."""
+    payload = section_fingerprint_payload(config, "data", "sample", "model", "video")
+    for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
+        payload["data"].pop(name, None)
+    payload["processor_files"] = _processor_hashes(config.model.processor_path)
+    return fingerprint(payload)
+
+
+def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:
+    done = {s.shard: s for s in manifest.shards()}
+    pending = []
+    for task in tasks:
+        record = done.get(task.shard)
+        stat = os.stat(task.path)
+        if record is None or (record.size, record.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+            pending.append(task)
+    return pending
+
+
+def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Manifest:
+    path = manifest_path(config.work_dir)
+    manifest = Manifest(path)
+    recorded = manifest.get_meta("scan_inputs")
+    if recorded is not None and recorded != inputs_fp:
+        manifest.close()
+        raise StaleArtifactError(
+            f"{path} was built from other inputs (config data/sample/model/video or processor files changed: "
+            f"{recorded} != {inputs_fp}). Delete {config.work_dir} or set data.work_dir to a new folder."
+        )
+    names = {t.shard for t in tasks}
+    gone = sorted(s for s in manifest.done_shards() if s not in names)
+    if gone:
+        manifest.close()
+        raise StaleArtifactError(
+            f"{path} holds shards that are no longer in data.wds_dir ({', '.join(gone[:3])}...). "
+            f"Delete {config.work_dir} or set data.work_dir to a new folder."
+        )
+    if recorded is None:
+        manifest.set_meta(
+            {
+                "schema_version": str(MANIFEST_SCHEMA_VERSION),
+                "scan_inputs": inputs_fp,
+                "processor": config.model.processor_path,
+            }
+        )
+    return manifest
+
+
+def _outcomes(config: Config, tasks: list[ShardTask]):
+    """Yield one ShardOutcome per task; in-process for one worker, else a process pool."""
+    workers = min(config.process.workers, len(tasks))
+    if workers <= 1:
+        scanner = ShardScanner(config)
+        for task in tasks:
+            yield scanner.scan(task)
+        return
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    context = multiprocessing.get_context(method)
+    with context.Pool(workers, initializer=init_worker, initargs=(config,)) as pool:
+        yield from pool.imap_unordered(scan_in_worker, tasks)
+
+
+def _write_jsonl(manifest: Manifest, path: Path) -> None:
+    with atomic_open(path, "w") as handle:
+        for s in manifest.iter_samples():
+            row = {
+                "id": s.id,
+                "status": s.status,
+                "media_type": s.media_type,
+                "token_len": s.token_len,
+                "media_tokens": s.media_tokens,
+                "reason": None if s.status == "ok" else s.status,
+                "error": s.error,
+            }
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tuple[list[str], dict[str, int]]:
+    status = manifest.status_counts()
+    ok = status.pop("ok", 0)
+    (tokens, media) = manifest.conn.execute(
+        "SELECT COALESCE(SUM(token_len), 0), COALESCE(SUM(media_tokens), 0) FROM samples WHERE status = 'ok'"
+    ).fetchone()
+    dropped = sum(status.values())
+    counts = {
+        **counts,
+        "ok": ok,
+        "dropped": dropped,
+        "samples": ok + dropped,
+        "tokens": tokens,
+        "media_tokens": media,
+    }
+    counts.update({f"dropped_{reason}": n for reason, n in status.items()})
+    lines = [
+        f"samples: {ok + dropped} ({ok} ok, {dropped} dropped)",
+        "dropped by reason: " + (", ".join(f"{r} {n}" for r, n in sorted(status.items())) or "none"),
+        f"tokens in ok samples: {tokens} ({media} visual)",
+        f"shards: {counts['shards']} ({counts['shards_scanned']} scanned now, "
+        f"{counts['shards'] - counts['shards_scanned']} already done)",
+    ]
+    if counts["shards_scanned"] and seconds > 0:
+        lines.append(f"time: {seconds:.1f}s, {counts['samples_scanned'] / seconds:.0f} samples/s")
+    return lines, counts
+
+
+def run(config: Config) -> StageResult:
+    """Scan every shard not yet in the manifest; a finished, unchanged scan is a no-op."""
+    start = time.perf_counter()
+    tasks = discover_shards(config.data.wds_dir)
+    inputs_fp = scan_inputs_fingerprint(config)
+    jsonl = manifest_jsonl_path(config)
+    with _open_manifest(config, inputs_fp, tasks) as manifest:
+        pending = _pending(tasks, manifest)
+        if not pending and manifest.get_meta("fingerprint") and jsonl.exists():
+            lines, counts = _summary(
+                manifest, {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0}, 0
+            )
+            return StageResult(stage="scan", skipped=True, summary=lines, counts=counts)
+        manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
+        manifest.conn.commit()
+        scanned = 0
+        with tqdm(total=len(pending), desc="scan", unit="shard", disable=None, dynamic_ncols=True) as bar:
+            for outcome in _outcomes(config, pending):
+                manifest.write_shard(outcome.shard, outcome.samples)
+                scanned += len(outcome.samples)
+                bar.update(1)
+                bar.set_postfix(
+                    samples=scanned, samples_per_s=f"{scanned / max(bar.format_dict['elapsed'], 1e-9):.0f}"
+                )
+        _write_jsonl(manifest, jsonl)
+        shard_rows = [(s.shard, s.size, s.mtime_ns, s.n_samples, s.status) for s in manifest.shards()]
+        manifest.set_meta({"fingerprint": fingerprint({"inputs": inputs_fp, "shards": shard_rows})})
+        seconds = time.perf_counter() - start
+        base = {"shards": len(tasks), "shards_scanned": len(pending), "samples_scanned": scanned}
+        lines, counts = _summary(manifest, base, seconds)
+    return StageResult(stage="scan", summary=lines, counts=counts, seconds=seconds)
