@@ -32,6 +32,7 @@ from vlmpack_offline.tokens import (
     TokenCounter,
     VideoMedia,
     load_model_rules,
+    load_tokenizer,
     make_counter,
 )
 
@@ -274,7 +275,7 @@ def _llava_dir(target: Path, qwen_dir: Path) -> Path:
     from transformers import LlavaProcessor
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    tokenizer = make_counter_tokenizer(qwen_dir)
+    tokenizer = load_tokenizer(str(qwen_dir))
     image_processor = CLIPImageProcessorPil(
         size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}
     )
@@ -289,12 +290,6 @@ def _llava_dir(target: Path, qwen_dir: Path) -> Path:
     processor.save_pretrained(target)
     (target / "config.json").write_text('{"model_type": "llava"}')
     return target
-
-
-def make_counter_tokenizer(directory: Path):
-    from vlmpack_offline.tokens import load_tokenizer
-
-    return load_tokenizer(str(directory))
 
 
 def test_other_families_run_their_processor_on_the_slow_path(
@@ -320,3 +315,16 @@ def test_other_families_run_their_processor_on_the_slow_path(
         if checked == 3:
             break
     assert checked == 3
+
+
+def test_exif_rotated_jpeg_counts_its_stored_size_like_the_processor(family):
+    # the loader hands PIL's image as opened to the processor, which does not apply EXIF orientation
+    counter, processor, _ = family
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display": displayed 300x900, stored 900x300
+    buffer = io.BytesIO()
+    Image.new("RGB", (900, 300), (120, 30, 200)).save(buffer, format="JPEG", exif=exif)
+    media = counter.probe("image", buffer.getvalue(), part="img0.jpg")
+    assert (media.width, media.height) == (900, 300)
+    grid = processor.image_processor(images=[Image.open(io.BytesIO(buffer.getvalue()))])["image_grid_thw"][0]
+    assert counter.expander.replacement_size(media).media_tokens == int(np.prod(grid)) // 4

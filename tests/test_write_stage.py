@@ -23,7 +23,7 @@ from vlmpack_offline.errors import LengthMismatchError, ShardError, StaleArtifac
 from vlmpack_offline.loader.cooker import cook_packed
 from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
 from vlmpack_offline.stages import verify, write
-from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
+from vlmpack_offline.synthetic.shards import SyntheticSample, truncate, write_shard
 from vlmpack_offline.tario import read_range, split_key
 from vlmpack_offline.tokens import make_counter
 
@@ -88,6 +88,20 @@ def test_kill_9_mid_write_then_rerun_ends_byte_identical(tmp_path):
     resumed = write.run(inputs.config)
     assert resumed.counts["shards_written"] == shards - done_at_kill
     assert _hashes(out) == _hashes(reference)
+
+
+def test_a_shard_cut_short_under_its_final_name_is_rewritten_on_resume(tmp_path):
+    """What a power loss can leave behind (renamed, not yet flushed): the size check catches it."""
+    inputs = build_inputs(tmp_path, packed_wds={"maxcount": 2})
+    out = inputs.config.packed_wds_dir
+    write.run(inputs.config)
+    reference = _hashes(out)
+    marker = out / ".nv-meta" / write.MARKER_NAME
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "complete": False}))  # the run never finished
+    truncate(out / "pretrain-000001.tar", 10240)
+    resumed = write.run(inputs.config)
+    assert resumed.counts["shards_written"] == 1
+    assert _hashes(out) == reference
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,16 @@ class VideoSampling:
     resized_height: int  # every sampled frame is resized to this height (multiple of patch*merge)
     resized_width: int  # ... and this width
     native_fps: float  # frame rate of the source, for timestamps (Qwen3-VL prompts)
+    total_frames: int = 0  # frames in the source video (0 when unknown)
 
     @property
     def n_frames(self) -> int:
         return len(self.frame_indices)
+
+    @property
+    def sampled_fps(self) -> float:
+        """Frames per second after sampling, as qwen-vl-utils / HF ``VideoMetadata.sampled_fps`` compute it."""
+        return self.n_frames / max(self.total_frames, 1e-6) * self.native_fps
 
     @property
     def timestamps(self) -> tuple[float, ...]:
@@ -154,6 +160,7 @@ def sample_video(
         resized_height=int(height),
         resized_width=int(width),
         native_fps=info.native_fps,
+        total_frames=total,
     )
 
 

@@ -80,9 +80,6 @@ class SourceFiles:
             )
         return data
 
-    def fd(self, shard: str) -> int:
-        return self.handle(shard).fileno()
-
     def path(self, shard: str) -> Path:
         return Path(self._paths[shard])
 

@@ -1,16 +1,19 @@
-"""Which packs go into which ``pretrain-%06d.tar``: decided up front, from the plan alone.
+"""Which packs go into which ``pretrain-%06d.tar``: a pure function of the plan and the pack sizes.
 
-Computing the assignment before any tar is written makes the output independent
-of how many workers write it and lets a resumed run find exactly the shards that
-are missing. Each split gets its own shards (energon's split.yaml lists whole
-files), splits in order of first appearance in the plan, packs in plan order::
+The assignment never depends on how many workers write or in which order they
+finish, so a resumed run finds exactly the shards that are missing. Each split
+gets its own shards (energon's split.yaml lists whole files). Packs are taken in
+plan order; each split has one open shard, closed before a pack that would push
+it past ``maxcount`` packs or ``maxsize`` bytes (final tar size: end-of-archive
+blocks and record padding included; a single pack larger than ``maxsize`` still
+gets a shard of its own). Shards are numbered in the order they close; the shards
+still open at the end close in the order they were opened::
 
-    plan: p0(train) p1(train) p2(val) p3(train)   maxcount=2
-    ->    pretrain-000000.tar [p0 p1]  pretrain-000001.tar [p3]  pretrain-000002.tar [p2]
+    plan: p0(train) p1(train) p2(val) p3(train) p4(train)   maxcount=2
+    ->    pretrain-000000.tar [p0 p1]  pretrain-000001.tar [p2]  pretrain-000002.tar [p3 p4]
 
-A shard is closed before a pack that would push it past ``maxcount`` packs or
-``maxsize`` bytes (final tar size, end-of-archive blocks and record padding
-included); a single pack larger than ``maxsize`` still gets a shard of its own.
+Because it streams (``ShardAssigner.add`` returns a shard as soon as it closes),
+writing a shard can start while later packs are still being described.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 from ..plan_file import Pack
 
-__all__ = ["SHARD_NAME", "ShardJob", "assign_shards", "tar_file_size"]
+__all__ = ["SHARD_NAME", "ShardJob", "ShardAssigner", "assign_shards", "tar_file_size"]
 
 SHARD_NAME = "pretrain-{:06d}.tar"
 _END = 2 * tarfile.BLOCKSIZE  # end-of-archive marker
@@ -33,6 +36,8 @@ class ShardJob:
     index: int  # shard number in the file name
     split: str  # "train" or "val"
     packs: tuple[Pack, ...]  # packs in the order they are written
+    positions: tuple[int, ...]  # each pack's position in the plan
+    tar_bytes: int  # exact size of the finished tar (lets a resumed run spot a cut-short file)
 
     @property
     def name(self) -> str:
@@ -44,21 +49,57 @@ def tar_file_size(member_bytes: int) -> int:
     return -(-(member_bytes + _END) // _RECORD) * _RECORD
 
 
+class _Open:
+    __slots__ = ("packs", "positions", "used")
+
+    def __init__(self) -> None:
+        self.packs: list[Pack] = []
+        self.positions: list[int] = []
+        self.used = 0
+
+
+class ShardAssigner:
+    """Feed packs in plan order with their tar bytes; get shards back as they close."""
+
+    def __init__(self, *, maxcount: int, maxsize: int) -> None:
+        self.maxcount = maxcount
+        self.maxsize = maxsize
+        self._open: dict[str, _Open] = {}  # the open shard of each split, in the order they were opened
+        self._next = 0
+
+    def _close(self, split: str) -> ShardJob:
+        shard = self._open.pop(split)
+        job = ShardJob(
+            index=self._next,
+            split=split,
+            packs=tuple(shard.packs),
+            positions=tuple(shard.positions),
+            tar_bytes=tar_file_size(shard.used),
+        )
+        self._next += 1
+        return job
+
+    def add(self, pack: Pack, position: int, size: int) -> list[ShardJob]:
+        closed = []
+        shard = self._open.get(pack.split)
+        if shard is not None and shard.packs and (
+            len(shard.packs) >= self.maxcount or tar_file_size(shard.used + size) > self.maxsize
+        ):
+            closed.append(self._close(pack.split))
+            shard = None
+        if shard is None:
+            shard = self._open.setdefault(pack.split, _Open())
+        shard.packs.append(pack)
+        shard.positions.append(position)
+        shard.used += size
+        return closed
+
+    def finish(self) -> list[ShardJob]:
+        return [self._close(split) for split in list(self._open)]
+
+
 def assign_shards(packs: Sequence[Pack], pack_bytes: Sequence[int], *, maxcount: int, maxsize: int) -> list[ShardJob]:
-    """Cut the plan into shards; ``pack_bytes[i]`` is the bytes pack ``i`` takes inside a tar."""
-    by_split: dict[str, list[tuple[Pack, int]]] = {}
-    for pack, size in zip(packs, pack_bytes, strict=True):
-        by_split.setdefault(pack.split, []).append((pack, size))
-    jobs: list[ShardJob] = []
-    for split, entries in by_split.items():
-        current: list[Pack] = []
-        used = 0
-        for pack, size in entries:
-            if current and (len(current) >= maxcount or tar_file_size(used + size) > maxsize):
-                jobs.append(ShardJob(index=len(jobs), split=split, packs=tuple(current)))
-                current, used = [], 0
-            current.append(pack)
-            used += size
-        if current:
-            jobs.append(ShardJob(index=len(jobs), split=split, packs=tuple(current)))
-    return jobs
+    """The whole assignment at once; ``pack_bytes[i]`` is the bytes pack ``i`` takes inside a tar."""
+    assigner = ShardAssigner(maxcount=maxcount, maxsize=maxsize)
+    jobs = [job for i, (pack, size) in enumerate(zip(packs, pack_bytes, strict=True)) for job in assigner.add(pack, i, size)]
+    return jobs + assigner.finish()

@@ -2,10 +2,10 @@
 
 ::
 
-    pack_plan.jsonl ──describe (parallel, chunks of 256 packs)──> .nv-meta/vlmpack-build/packs-*.pkl
+    pack_plan.jsonl ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.pkl
                     (JSON part bytes + media byte ranges per pack; gives each pack's tar size)
-                    ──> shard assignment (pure, up front, from the sizes)
-                    ──one process per output shard──> pretrain-%06d.tar.tmp -> rename
+                    ──> shard assignment (pure function of plan + sizes, streamed: output/shard_plan.py)
+                    ──writer threads, one shard each, as soon as it closes──> pretrain-%06d.tar.tmp -> rename
                     ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack_write.json}
 
 Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete}:
@@ -31,11 +31,11 @@ import os
 import pickle
 import shutil
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from ..artifacts import atomic_open, atomic_write_text, fingerprint
+from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
@@ -47,8 +47,8 @@ from ..output.energon_meta import (
     write_split_yaml,
 )
 from ..output.pack_builder import Materializer, SourceFiles, build_pack
-from ..output.shard_plan import ShardJob, assign_shards
-from ..output.tar_writer import ShardTarWriter, SourceRange, member_bytes_in_tar, shard_is_done
+from ..output.shard_plan import ShardAssigner, ShardJob
+from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
 from ..stage_result import StageResult
@@ -57,7 +57,7 @@ __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", ".info.json", MARKER_NAME)
-_SIZE_CHUNK = 256  # packs per describe task (and per scratch file)
+_SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
 _SCRATCH = "vlmpack-build"  # .nv-meta/ subfolder for pack descriptions while a write runs
 
 
@@ -165,6 +165,13 @@ def _chunk_path(out_dir: Path, chunk_no: int) -> Path:
     return out_dir / META_DIR / _SCRATCH / f"packs-{chunk_no:06d}.pkl"
 
 
+def _load_chunk(path: Path) -> list | None:
+    try:
+        return pickle.loads(path.read_bytes())
+    except (pickle.UnpicklingError, EOFError, ValueError):
+        return None
+
+
 def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) -> list[int]:
     """Build the JSON part and media locators of a chunk of packs; keep them in a scratch file.
 
@@ -173,9 +180,8 @@ def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) 
     """
     config, shard_paths, chunk_no, packs = args
     path = _chunk_path(config.packed_wds_dir, chunk_no)
-    if path.is_file():  # left by an interrupted run with the same fingerprint
-        described = pickle.loads(path.read_bytes())
-    else:
+    described = _load_chunk(path) if path.is_file() else None  # left by an interrupted run, same fingerprint
+    if described is None:
         records = _records_for(config, packs)
         files = SourceFiles(shard_paths)
         try:
@@ -186,8 +192,12 @@ def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) 
                 described.append((built.json_bytes, media, built.ids_npy))
         finally:
             files.close()
-        with atomic_open(path, "wb") as handle:
-            pickle.dump(described, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        # a cache, not an artifact: renamed into place (safe against kill -9) but not fsynced;
+        # a file cut short by a power loss fails to unpickle and is rebuilt
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(pickle.dumps(described, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(tmp, path)
     return [
         member_bytes_in_tar(len(json_bytes))
         + sum(member_bytes_in_tar(m[3]) for m in media)
@@ -196,22 +206,19 @@ def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) 
     ]
 
 
-def _write_shard(args: tuple[Config, dict[str, str], ShardJob, tuple[int, ...]]) -> tuple[str, int, int]:
-    """Write one output shard from the described packs (``positions`` = plan positions of its packs)."""
-    config, shard_paths, job, positions = args
+def _write_shard(config: Config, shard_paths: dict[str, str], job: ShardJob) -> tuple[str, int, int]:
+    """Write one output shard from the described packs of its scratch chunks."""
     files = SourceFiles(shard_paths)
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
     loaded: dict[int, list] = {}
     try:
-        for pack, position in zip(job.packs, positions, strict=True):
+        for pack, position in zip(job.packs, job.positions, strict=True):
             chunk_no = position // _SIZE_CHUNK
             if chunk_no not in loaded:
                 loaded = {chunk_no: pickle.loads(_chunk_path(config.packed_wds_dir, chunk_no).read_bytes())}
             json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
             members = [(JSON_PART, json_bytes)]
-            members.extend(
-                (part, SourceRange(fd=files.fd(shard), offset=offset, size=size)) for part, shard, offset, size in media
-            )
+            members.extend((part, files.read(shard, offset, size)) for part, shard, offset, size in media)
             if ids_npy is not None:
                 members.append((IDS_PART, ids_npy))
             writer.add_sample(pack_key(pack.pack_id), members)
@@ -225,12 +232,49 @@ def _write_shard(args: tuple[Config, dict[str, str], ShardJob, tuple[int, ...]])
     return job.name, len(job.packs), size
 
 
-def _map(fn: Callable, items: list, workers: int) -> list:
-    if workers <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
+def _described_sizes(chunks: list, workers: int) -> Iterator[list[int]]:
+    """``_describe_packs`` over the chunks in plan order: in this process, or ``workers`` forked ones.
+
+    The pool forks all its processes while ``map`` submits, before any writer thread exists.
+    """
+    if workers <= 1 or len(chunks) <= 1:
+        yield from map(_describe_packs, chunks)
+        return
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=context) as pool:
-        return list(pool.map(fn, items))
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
+        yield from pool.map(_describe_packs, chunks)
+
+
+def _describe_and_write(config: Config, shard_paths: dict[str, str], packs: list[Pack]) -> tuple[list[ShardJob], int]:
+    """Describe packs in plan order and write each shard as soon as its last pack is described.
+
+    Writing runs on threads: it is mostly ``pread``/``write`` system calls that release
+    the GIL, so it overlaps the describing. Returns (all shards, shards written).
+    """
+    out_dir, workers = config.packed_wds_dir, config.process.workers
+    chunks = [
+        (config, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
+        for i in range(0, len(packs), _SIZE_CHUNK)
+    ]
+    assigner = ShardAssigner(maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
+    jobs: list[ShardJob] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlmpack-write") as writers:
+        futures = []
+
+        def submit(ready: list[ShardJob]) -> None:
+            for job in ready:
+                jobs.append(job)
+                if not shard_is_done(out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)):
+                    futures.append(writers.submit(_write_shard, config, shard_paths, job))
+
+        position = 0
+        for sizes in _described_sizes(chunks, workers):
+            for size in sizes:
+                submit(assigner.add(packs[position], position, size))
+                position += 1
+        submit(assigner.finish())
+        written = [future.result() for future in futures]
+    return jobs, len(written)
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -277,20 +321,8 @@ def run(config: Config) -> StageResult:
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
     _write_marker(out_dir, fp, complete=False)
 
-    workers = config.process.workers
-    chunks = [
-        (config, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
-        for i in range(0, len(packs), _SIZE_CHUNK)
-    ]
-    sizes = [size for chunk in _map(_describe_packs, chunks, workers) for size in chunk]
-    jobs = assign_shards(packs, sizes, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
-    position = {pack.pack_id: i for i, pack in enumerate(packs)}
-    todo = [
-        (config, shard_paths, job, tuple(position[p.pack_id] for p in job.packs))
-        for job in jobs
-        if not shard_is_done(out_dir / job.name)
-    ]
-    written = _map(_write_shard, todo, workers)
+    jobs, n_written = _describe_and_write(config, shard_paths, packs)
+    fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
     shutil.rmtree(out_dir / META_DIR / _SCRATCH, ignore_errors=True)
 
     split_parts: dict[str, list[str]] = {}
@@ -301,12 +333,12 @@ def run(config: Config) -> StageResult:
     write_split_yaml(out_dir, split_parts)
     write_info_json(out_dir, {job.name: len(job.packs) for job in jobs})
     if config.write.energon_prepare:
-        run_energon_prepare(out_dir, split_parts, workers)
+        run_energon_prepare(out_dir, split_parts, config.process.workers)
     counts = {
         "packs": len(packs),
         "samples": sum(len(p.sample_ids) for p in packs),
         "shards": len(jobs),
-        "shards_written": len(written),
+        "shards_written": n_written,
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
     }
     stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
@@ -315,7 +347,7 @@ def run(config: Config) -> StageResult:
     summary = [
         f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "
         f"{counts['bytes'] / 1e6:.1f} MB -> {out_dir}",
-        f"wrote {len(written)} shards" + (f", kept {len(jobs) - len(written)} from an interrupted run" if len(written) < len(jobs) else "")
+        f"wrote {n_written} shards" + (f", kept {len(jobs) - n_written} from an interrupted run" if n_written < len(jobs) else "")
         + (" (previous output was stale and was rebuilt)" if rebuilt else ""),
         "splits: " + ", ".join(f"{name} {len(files)} shards" for name, files in split_parts.items()),
     ]

@@ -86,10 +86,16 @@ class TokenCounter:
         self._has_generation = bool(re.search(r"\{%-?\s*generation\s*-?%\}", self._template))
         special = self.expander.special
         self._pad_ids = {
-            "image": tokenizer.convert_tokens_to_ids(special.image_pad),
-            "video": tokenizer.convert_tokens_to_ids(special.video_pad),
+            "image": self._token_id(special.image_pad),
+            "video": self._token_id(special.video_pad),
         }
         self._pad_re = re.compile(f"{re.escape(special.image_pad)}|{re.escape(special.video_pad)}")
+
+    def _token_id(self, token: str) -> int | None:
+        """The id of a pad token, or None when the vocabulary lacks it (text-only tokenizers map it to unk)."""
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        return None if token_id is None or (unk is not None and token_id == unk) else token_id
 
     @classmethod
     def from_config(cls, config: Config) -> TokenCounter:
