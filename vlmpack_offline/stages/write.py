@@ -11,16 +11,19 @@
 Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete}:
 
 * same fingerprint, complete  -> no-op;
-* same fingerprint, not complete (killed) -> only shards whose ``.tar`` and ``.tar.idx``
-  are missing are written; the result is byte-identical to an uninterrupted run;
+* same fingerprint, not complete (killed) -> only shards whose ``.tar`` / ``.tar.idx`` are
+  missing or not of their expected size are written (leftover ``.tmp`` files are
+  overwritten); the result is byte-identical to an uninterrupted run;
 * other fingerprint (new plan or other write/packed_wds/sample_type settings) -> the old
   output is REBUILT: our own files (``pretrain-*.tar*``, our ``.nv-meta`` files) are
   removed, then everything is written again;
 * ``pretrain-*.tar`` present without our marker -> refused (not ours to delete).
 
 The fingerprint covers the plan's fingerprint, ``write``, ``packed_wds``,
-``sample.sample_type``/``max_token_len`` and ``data.template_text_key``. Nothing is
-written outside ``data.packed_wds_dir``.
+``sample.sample_type``/``max_token_len``, ``data.template_text_key`` (and ``model`` /
+``video`` when token ids are stored); not ``process.workers``, which never changes a
+byte. Shards are fsynced once, all together, before the marker says complete.
+Nothing is written outside ``data.packed_wds_dir``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ def write_fingerprint(config: Config, plan_fingerprint: str) -> str:
         capacity=config.sample.max_token_len,
         template_text_key=config.data.template_text_key,
     )
+    if config.write.store_token_ids:
+        payload.update(section_fingerprint_payload(config, "model", "video"))
     return fingerprint(payload)
 
 
