@@ -22,17 +22,18 @@ from vlmpack_offline.stages import bucket, plan, stats
 CAPACITY = 1000
 
 
-def _write_manifest(work_dir, *, n=120, seed=0, drops=("bad_json", "overlong")) -> dict[str, int]:
-    """Random ok samples over three media types plus a few drops; returns {id: token_len} of ok samples."""
+def _write_manifest(
+    work_dir, *, n=120, seed=0, drops=("bad_json", "overlong"), kinds=("text", "image", "video")
+) -> dict[str, int]:
+    """Random ok samples over the media types plus a few drops; returns {id: token_len} of ok samples."""
     rng = np.random.default_rng(seed)
-    kinds = ("text", "image", "video")
     ok = {}
     with Manifest(manifest_path(work_dir)) as manifest:
         for shard_no in range(2):
             shard = f"part-{shard_no:03d}.tar"
             records = []
             for seq in range(n // 2):
-                kind = kinds[int(rng.integers(3))]
+                kind = kinds[int(rng.integers(len(kinds)))]
                 length = int(rng.integers(1, CAPACITY + 1))
                 rec = SampleRecord(
                     id=f"{shard}/k{seq}", shard=shard, seq=seq, key=f"k{seq}", media_type=kind,
@@ -159,6 +160,15 @@ def test_group_by_none_mixes_media_types(tmp_path):
     _run_all(config)
     packs = list(read_plan(config.work_dir))
     assert {p.media_type for p in packs} == {"mixed"}
+    assert sorted(s for p in packs for s in p.sample_ids) == sorted(ok)
+
+
+def test_a_media_type_beyond_text_image_video_gets_its_own_packs(tmp_path):
+    config = _config(tmp_path)
+    ok = _write_manifest(config.work_dir, kinds=("image", "audio"))
+    _run_all(config)
+    packs = list(read_plan(config.work_dir))
+    assert {p.media_type for p in packs} == {"image", "audio"}
     assert sorted(s for p in packs for s in p.sample_ids) == sorted(ok)
 
 

@@ -1,6 +1,7 @@
 """The ``ok`` rows of the manifest as compact columns: what bucket and plan both read.
 
-One query, ordered like ``Manifest.iter_samples`` (shard, seq), so index ``i``
+One ordered query (plus one small scan for drop counts), ordered like
+``Manifest.iter_samples`` (shard, seq), so index ``i``
 means the same sample in bucket, plan and stats. Ids are kept as one joined
 string per fetched chunk plus int64 offsets (about 45 bytes a sample, not a
 Python string per sample: 10M of those would cost ~1 GB).
@@ -9,6 +10,7 @@ Python string per sample: 10M of those would cost ~1 GB).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 from tqdm import tqdm
@@ -59,38 +61,46 @@ def manifest_fingerprint(work_dir) -> str:
 
 
 def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
-    numbers, id_chunks, id_lens = [], [], []
+    """Read the ok rows (plus the drop counts) with two scans and no per-row Python objects kept."""
+    columns_out: list[list[np.ndarray]] = [[], [], []]
+    id_chunks, id_lens = [], []
     with Manifest(manifest_path(work_dir)) as manifest:
         conn = manifest.conn
-        census = conn.execute("SELECT status, media_type, COUNT(*) FROM samples GROUP BY status, media_type").fetchall()
-        present = sorted({media for status, media, _ in census if status == "ok"})
-        names = list(MEDIA_TYPES) + [t for t in present if t not in MEDIA_TYPES]
-        total = sum(count for status, _, count in census if status == "ok")
-        drops: dict[str, int] = {}
-        for status, _, count in census:
-            if status != "ok":
-                drops[status] = drops.get(status, 0) + count
-        case = " ".join(f"WHEN ? THEN {code}" for code in range(len(names)))
-        columns = f"token_len, media_tokens, CASE media_type {case} END" + (", id" if with_ids else "")
-        cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", names)
-        with tqdm(total=total, desc="load manifest", unit="sample", disable=total < _CHUNK) as bar:
+        drops = dict(conn.execute(
+            "SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status ORDER BY status"
+        ).fetchall())
+        (found,) = conn.execute("SELECT SUM(n_samples) FROM shards").fetchone()
+        expected = found - sum(drops.values()) if found else None  # only for the progress bar
+        case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
+        columns = f"token_len, media_tokens, CASE media_type {case} ELSE -1 END" + (", id" if with_ids else "")
+        cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", MEDIA_TYPES)
+        with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
             while rows := cursor.fetchmany(_CHUNK):
+                for k in range(3):
+                    columns_out[k].append(np.fromiter(map(itemgetter(k), rows), dtype=np.int32, count=len(rows)))
                 if with_ids:
-                    cols = list(zip(*rows, strict=True))
-                    numbers.append(np.array(cols[:3], dtype=np.int32).T)
-                    id_chunks.append("".join(cols[3]))
-                    id_lens.append(np.fromiter(map(len, cols[3]), dtype=np.int64, count=len(rows)))
-                else:
-                    numbers.append(np.array(rows, dtype=np.int32).reshape(-1, 3))
+                    ids = list(map(itemgetter(3), rows))
+                    id_chunks.append("".join(ids))
+                    id_lens.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
                 bar.update(len(rows))
-    table = np.concatenate(numbers) if numbers else np.zeros((0, 3), np.int32)
+        token_len, media_tokens, codes = (np.concatenate(c) if c else np.zeros(0, np.int32) for c in columns_out)
+        names = MEDIA_TYPES
+        if (codes < 0).any():  # a media type other than text/image/video: name it in a second pass (rare)
+            names, codes = _name_other_media(conn, codes)
     offsets = None
     if with_ids:
-        offsets = np.zeros(total + 1, dtype=np.int64)
+        offsets = np.zeros(len(token_len) + 1, dtype=np.int64)
         if id_lens:
             np.cumsum(np.concatenate(id_lens), out=offsets[1:])
     return OkSamples(
-        token_len=np.ascontiguousarray(table[:, 0]), media_tokens=np.ascontiguousarray(table[:, 1]),
-        media_code=table[:, 2].astype(np.int8), media_names=tuple(names),
-        id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=dict(sorted(drops.items())),
+        token_len=token_len, media_tokens=media_tokens, media_code=codes.astype(np.int8), media_names=names,
+        id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
     )
+
+
+def _name_other_media(conn, codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    rows = conn.execute("SELECT media_type FROM samples WHERE status = 'ok' ORDER BY shard, seq")
+    types = [t for (t,) in rows]
+    names = MEDIA_TYPES + tuple(sorted(set(types) - set(MEDIA_TYPES)))
+    code_of = {name: i for i, name in enumerate(names)}
+    return names, np.fromiter((code_of[t] for t in types), dtype=np.int16, count=len(types))
