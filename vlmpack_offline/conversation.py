@@ -98,12 +98,14 @@ class _PartPool:
         self._prefix = key.rsplit("/", 1)[-1] + "."
         self._parts = list(parts)
         self._next = {"image": 0, "video": 0}
-        self._by_kind = {
-            kind: [p for p in self._parts if media_kind_of_part(p) == kind] for kind in ("image", "video")
-        }
+        self._by_kind: dict[str, list[str]] | None = None  # built on the first unnamed item (most samples name theirs)
 
     def resolve(self, kind: str, name: Any) -> MediaRef:
         if name in (None, ""):
+            if self._by_kind is None:
+                self._by_kind = {
+                    kind: [p for p in self._parts if media_kind_of_part(p) == kind] for kind in ("image", "video")
+                }
             queue = self._by_kind[kind]
             index = self._next[kind]
             if index >= len(queue):

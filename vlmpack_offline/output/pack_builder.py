@@ -33,6 +33,7 @@ __all__ = ["MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pac
 
 # (source conversation, media bytes in conversation.media order) -> (input_ids, assistant_mask)
 Materializer = Callable[[Conversation, list[bytes]], tuple[list[int], list[int]]]
+_MEDIA_KINDS = frozenset({"image", "video"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,11 +148,12 @@ def _sub_sample(
         media.append(
             MediaSource(part=name, shard=record.shard, source_part=ref.part, offset=src_offset, size=src_size)
         )
-    messages = tuple(
+    # canonical messages hold only role/content and {"type", kind} media items; text-only ones need no copy
+    messages = conversation.messages if not renamed else tuple(
         {
-            **message,
+            "role": message["role"],
             "content": [
-                {**item, item["type"]: renamed[item[item["type"]]]} if item["type"] in ("image", "video") else item
+                {"type": kind, kind: renamed[item[kind]]} if (kind := item["type"]) in _MEDIA_KINDS else item
                 for item in message["content"]
             ],
         }

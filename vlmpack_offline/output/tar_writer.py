@@ -23,6 +23,7 @@ from pathlib import Path
 __all__ = [
     "MemberSpec",
     "ShardTarWriter",
+    "member_header",
     "member_bytes_in_tar",
     "idx_path_for",
     "shard_is_done",
@@ -30,9 +31,9 @@ __all__ = [
 ]
 
 _BLOCK = tarfile.BLOCKSIZE
-_BUFFER = 1 << 20  # write buffer: headers and small parts are batched into large writes
-_ZEROS = bytes(_BLOCK)
-
+_BUFFER = 1 << 20  # bytes gathered per writev: headers and small parts are batched into large writes
+_ZERO_VIEW = memoryview(bytes(_BLOCK))
+_IOV_MAX = 1024  # most pieces one writev takes (IOV_MAX on Linux and macOS)
 
 
 MemberSpec = tuple[str, bytes]  # (part name, data)
@@ -79,6 +80,34 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _slow_header(name: str, size: int) -> bytes:
+    return _tarinfo(name, size).tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+# ``_tarinfo(name, size).tobuf(GNU)`` differs between members only in the name (bytes 0-99),
+# size (124-135) and checksum (148-155) fields, so headers are a template with those three
+# patched: ~1 µs instead of ~25 µs. tests/test_tar_writer.py checks it against ``tobuf``.
+_TEMPLATE = _slow_header("", 0)
+_NAME_END, _SIZE, _CHKSUM = 100, slice(124, 136), slice(148, 156)
+# checksum = sum of all bytes with the checksum field read as 8 spaces; the template's name field is all NULs
+_TEMPLATE_SUM = sum(_TEMPLATE[:148]) + sum(_TEMPLATE[156:]) + 8 * ord(" ") - sum(_TEMPLATE[_SIZE])
+_MAX_OCTAL_SIZE = 8**11  # above this tarfile switches the size field to base-256
+
+
+def member_header(name: str, size: int) -> bytes:
+    """``TarInfo.tobuf`` of a member with our fixed metadata: one 512-byte GNU header block
+    (preceded by GNU longname blocks when the name is over 100 bytes)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > _NAME_END or not 0 <= size < _MAX_OCTAL_SIZE or not raw.isascii():
+        return _slow_header(name, size)  # long names (GNU longname blocks), huge sizes: tarfile's own path
+    size_field = b"%011o\0" % size
+    header = bytearray(_TEMPLATE)
+    header[: len(raw)] = raw
+    header[_SIZE] = size_field
+    header[_CHKSUM] = b"%06o\0 " % (_TEMPLATE_SUM + sum(raw) + sum(size_field))
+    return bytes(header)
+
+
 class ShardTarWriter:
     """Append samples to ``<tar>.tmp`` and its index; ``finish`` makes both visible atomically."""
 
@@ -86,31 +115,58 @@ class ShardTarWriter:
         self.tar_path = Path(tar_path)
         self._tmp = self.tar_path.with_name(self.tar_path.name + ".tmp")
         self._idx_tmp = self.tar_path.with_name(self.tar_path.name + ".idx.tmp")
-        self._file = open(self._tmp, "wb", buffering=_BUFFER)  # noqa: SIM115 - closed in finish/abort
+        self._file = open(self._tmp, "wb", buffering=0)  # noqa: SIM115 - closed in finish/abort
         self._offset = 0
         self._offsets: list[int] = []
+        self._pending: list[bytes | memoryview] = []  # headers, data and padding not yet written
+        self._pending_bytes = 0
         self.n_samples = 0
 
     def add_sample(self, key: str, members: list[MemberSpec]) -> None:
         """Write one sample: ``key.<part>`` for each (part name, data), in the given order.
 
-        Each member is tarfile's own GNU header (``TarInfo.tobuf``), the data, and zero
-        padding to the next 512-byte block: what ``TarFile.addfile`` writes, without its
-        16 KiB chunked copy through a file object. (``os.copy_file_range`` was measured
-        slower than pread + write on ext4, so data arrives as bytes.)
+        Each member is tarfile's own GNU header (``TarInfo.tobuf``, via ``member_header``),
+        the data, and zero padding to the next 512-byte block: what ``TarFile.addfile``
+        writes, without its 16 KiB chunked copy through a file object. The pieces are
+        gathered into ``os.writev`` calls of about 1 MiB, so media bytes are never copied
+        into a buffer. (``os.copy_file_range`` was measured slower than pread + write on ext4.)
         """
         if "." in key:
             raise ValueError(f"sample key {key!r} contains '.'; energon would split it into key and part")
         self._offsets.append(self._offset)
+        pending = self._pending
+        added = 0
         for part, data in members:
             size = len(data)
-            header = _tarinfo(f"{key}.{part}", size).tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
             padding = -size % _BLOCK
-            self._file.write(header)
-            self._file.write(data)
-            self._file.write(_ZEROS[:padding])
-            self._offset += len(header) + size + padding
+            header = member_header(f"{key}.{part}", size)  # 512 bytes unless GNU longname blocks precede it
+            pending.append(header)
+            if size:
+                pending.append(data)
+            if padding:
+                pending.append(_ZERO_VIEW[:padding])
+            added += len(header) + size + padding
+        self._offset += added
+        self._pending_bytes += added
         self.n_samples += 1
+        if self._pending_bytes >= _BUFFER or len(pending) >= _IOV_MAX:
+            self._flush()
+
+    def _flush(self) -> None:
+        """``writev`` the pending pieces, at most ``_IOV_MAX`` at a time, resuming after short writes."""
+        pending, fd = self._pending, self._file.fileno()
+        start = 0
+        while start < len(pending):
+            batch = pending[start : start + _IOV_MAX]
+            written = os.writev(fd, batch)
+            for piece in batch:
+                if written < len(piece):
+                    pending[start] = memoryview(piece)[written:]
+                    break
+                written -= len(piece)
+                start += 1
+        pending.clear()
+        self._pending_bytes = 0
 
     @property
     def bytes_written(self) -> int:
@@ -126,7 +182,8 @@ class ShardTarWriter:
         end = self._offset
         # tarfile's close(): two zero blocks, then zeros up to a whole record
         trailer = 2 * _BLOCK + (-(end + 2 * _BLOCK) % tarfile.RECORDSIZE)
-        self._file.write(bytes(trailer))
+        self._pending.append(bytes(trailer))
+        self._flush()
         self._file.close()
         with open(self._idx_tmp, "wb") as idx:
             idx.write(struct.pack(f"{len(self._offsets) + 1}Q", *self._offsets, end))

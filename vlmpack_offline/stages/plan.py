@@ -148,12 +148,13 @@ def iter_packs(order, splits, indexes, offsets, groups, samples: OkSamples, pack
         members = indexes[starts + within]
         ids = samples.ids_of(members.astype(np.int64))
         lens = samples.token_len[members].tolist()
+        media = pack_media[chosen].tolist()
         cut = 0
         for k, (p, size) in enumerate(zip(chosen.tolist(), sizes.tolist(), strict=True)):
             yield Pack(
                 pack_id=first + k, split=splits[first + k], media_type=groups[p],
                 sample_ids=tuple(ids[cut : cut + size]), sample_token_lens=tuple(lens[cut : cut + size]),
-                media_tokens=int(pack_media[p]),
+                media_tokens=media[k],
             )
             cut += size
         bar.update(len(chosen))
