@@ -66,3 +66,14 @@ def test_golden_limits():
 def test_overlong_sample_is_refused_with_the_fix():
     with pytest.raises(PlanError, match=r"token_len 11, outside 1\.\.10.*rerun `vlmpack scan`"):
         pack_samples(np.array([3, 11]), PackLimits(capacity=10))
+
+
+def test_stats_lower_bound_counts_each_media_group_separately():
+    # Three 300-token samples fit one pack of 1000, but grouped by media type the
+    # image pair and the lone text sample can never share a pack: the bound is 2.
+    from vlmpack_offline.stats import compute_stats
+
+    lengths = np.array([300, 300, 300])
+    args = (lengths, np.array([600, 300]), np.array([2, 1]), 1000, {})
+    assert compute_stats(*args).lower_bound == 1
+    assert compute_stats(*args, sample_groups=np.array(["image", "image", "text"])).lower_bound == 2

@@ -1,7 +1,9 @@
 """Packing quality: the numbers ``plan`` prints at its end and ``vlmpack stats`` reports.
 
 fill ratio  = sum of sample lengths / (packs x C)
-lower bound = max(ceil(sum / C), samples longer than C / 2): no packing needs fewer packs
+lower bound = max(ceil(sum / C), samples longer than C / 2): no packing needs fewer packs;
+              with packing.group_by: media_type no pack mixes groups, so the bound
+              is the sum of the per-group bounds (the one bucket prints)
 gap         = packs / lower bound - 1 (0.001 = 0.1% more packs than the bound)
 
 Written as ``work_dir/stats.json`` (the numbers, plus the plan fingerprint they
@@ -30,7 +32,7 @@ class PackStats:
     packs: int  # packs in the plan
     tokens: int  # sum of sample lengths
     fill_ratio: float  # tokens / (packs * C)
-    lower_bound: int  # max(ceil(tokens / C), samples longer than C / 2)
+    lower_bound: int  # sum over pack groups of max(ceil(tokens / C), samples longer than C / 2)
     gap: float  # packs / lower_bound - 1
     samples_per_pack_mean: float
     samples_per_pack_min: int
@@ -56,10 +58,21 @@ class PackStats:
 
 
 def compute_stats(
-    lengths: np.ndarray, pack_totals: np.ndarray, pack_sizes: np.ndarray, capacity: int, drops: dict[str, int]
+    lengths: np.ndarray,
+    pack_totals: np.ndarray,
+    pack_sizes: np.ndarray,
+    capacity: int,
+    drops: dict[str, int],
+    sample_groups: np.ndarray | None = None,
 ) -> PackStats:
-    tokens, packs = int(np.asarray(lengths, dtype=np.int64).sum()), int(len(pack_totals))
-    bound = lower_bound(lengths, capacity)
+    """``sample_groups`` (one label per length) names the group each sample was packed in."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tokens, packs = int(lengths.sum()), int(len(pack_totals))
+    if sample_groups is None:
+        bound = lower_bound(lengths, capacity)
+    else:
+        labels = np.asarray(sample_groups)
+        bound = sum(lower_bound(lengths[labels == label], capacity) for label in np.unique(labels))
     return PackStats(
         capacity=capacity, samples=int(len(lengths)), packs=packs, tokens=tokens,
         fill_ratio=tokens / (packs * capacity) if packs else 0.0, lower_bound=bound,

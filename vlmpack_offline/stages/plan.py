@@ -118,7 +118,11 @@ def run(config: Config) -> StageResult:
 
     totals = np.add.reduceat(samples.token_len[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
         else np.zeros(0, np.int64)
-    stats = compute_stats(samples.token_len, totals, np.diff(offsets), capacity, samples.drops)
+    sizes = np.diff(offsets)
+    stats = compute_stats(
+        samples.token_len[indexes], totals, sizes, capacity, samples.drops,
+        sample_groups=np.repeat(np.asarray(groups), sizes),
+    )
     write_stats(config.work_dir, stats, expected, samples.token_len, totals)
     return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,
                        counts={"packs": int(len(order)), "val_packs": int(len(val)), "samples": samples.n})

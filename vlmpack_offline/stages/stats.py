@@ -32,16 +32,19 @@ def run(config: Config) -> StageResult:
         stats = PackStats(**{k: v for k, v in done.items() if k != "plan_fingerprint"})
         return StageResult(stage="stats", skipped=True, summary=stats.table_lines(), counts={"packs": stats.packs})
 
-    lengths, totals, sizes = [], [], []
+    lengths, totals, sizes, groups = [], [], [], []
     for pack in read_plan(config.work_dir):
         lengths.extend(pack.sample_token_lens)
+        groups.extend([pack.media_type] * len(pack.sample_ids))
         totals.append(pack.total_token_len)
         sizes.append(len(pack.sample_ids))
     with Manifest(manifest_path(config.work_dir)) as manifest:
         drops = {k: v for k, v in manifest.status_counts().items() if k != "ok"}
     lengths_arr = np.asarray(lengths, dtype=np.int64)
     totals_arr = np.asarray(totals, dtype=np.int64)
-    stats = compute_stats(lengths_arr, totals_arr, np.asarray(sizes), int(meta["capacity"]), drops)
+    stats = compute_stats(
+        lengths_arr, totals_arr, np.asarray(sizes), int(meta["capacity"]), drops, sample_groups=np.asarray(groups)
+    )
     write_stats(config.work_dir, stats, expected, lengths_arr, totals_arr)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)
