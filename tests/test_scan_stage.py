@@ -21,6 +21,7 @@ from vlmpack_offline.errors import StaleArtifactError
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.stages import scan
 from vlmpack_offline.synthetic.shards import (
+    FAULT_REASONS,
     SyntheticSample,
     expected_fault,
     generate_dataset,
@@ -115,15 +116,7 @@ def test_every_fault_gets_its_reason_and_the_run_goes_on(tmp_path, faulty_wds, q
         if not sample_id.startswith("extra/"):
             assert status == (expected_fault(row[3]) or "ok"), (sample_id, status, error)
         assert (status == "ok") == (error == ""), (sample_id, error)
-    assert {
-        "bad_json",
-        "unknown_format",
-        "missing_media",
-        "corrupt_media",
-        "unsupported_aspect",
-        "overlong",
-        "bad_member_name",
-    } <= set(statuses.values())
+    assert set(FAULT_REASONS) <= set(statuses.values())
     assert statuses["extra/no-json.tar/lonely"] == "bad_json"
     assert "no .json part" in rows["extra/no-json.tar/lonely"][11]
     # the truncated shard keeps the samples before the cut

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..output.tar_writer import reproducible_tarinfo
+
 __all__ = [
     "SyntheticSample",
     "FAULT_REASONS",
@@ -70,15 +72,6 @@ class SyntheticSample:
     media: dict[str, bytes] = field(default_factory=dict)  # part name -> bytes, written in this order
 
 
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
 
 def write_shard(
     path: str | Path,
@@ -105,7 +98,7 @@ def write_shard(
     fmt = tarfile.PAX_FORMAT if pax else tarfile.GNU_FORMAT
     with open(path, "wb") as handle, tarfile.open(fileobj=handle, mode="w", format=fmt) as tar:
         for name, data in members:
-            info = _tarinfo(name, len(data))
+            info = reproducible_tarinfo(name, len(data))
             if pax:
                 info.pax_headers = {"comment": "vlmpack synthetic"}
             tar.addfile(info, io.BytesIO(data))
