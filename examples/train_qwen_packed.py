@@ -33,30 +33,7 @@ import torch.nn.functional as F
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder
 from vlmpack_offline.loader.encoder import EncoderOptions
-
-
-def tiny_model(family: str, attn_implementation: str):
-    """A random model with hidden 64 and 2 layers; vision patch/merge as the public processors."""
-    text = {
-        "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-    }  # fmt: skip
-    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
-    if family == "qwen3_vl":
-        from transformers import Qwen3VLConfig as Config
-        from transformers import Qwen3VLForConditionalGeneration as Model
-
-        text["rope_parameters"]["mrope_interleaved"] = True
-        vision |= {"patch_size": 16, "num_position_embeddings": 144, "deepstack_visual_indexes": [0]}
-    else:
-        from transformers import Qwen2_5_VLConfig as Config
-        from transformers import Qwen2_5_VLForConditionalGeneration as Model
-
-        vision |= {"patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1]}
-    config = Config(text_config=text, vision_config=vision)
-    config._attn_implementation = attn_implementation
-    return Model(config)
+from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
 
 def per_sample_loss(logits: torch.Tensor, batch: PackBatch) -> torch.Tensor:
@@ -85,7 +62,7 @@ def train(
     dataset = PackDataset(packed_wds_dir, encoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)  # one pack per step
     torch.manual_seed(0)
-    model = tiny_model(family, attn).to(device).train()
+    model = tiny_qwen_vl(family, attn).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     while len(losses) < steps:

@@ -16,6 +16,7 @@ import torch
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
+from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
 TOL = 1e-4
 TINY_VIDEO = {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28, "min_frames": 4, "fps": 2.0}
@@ -55,49 +56,8 @@ def _mixed_pack() -> tuple[PackedSample, dict[str, bytes]]:
     return PackedSample(pack_id=7, capacity=8192, split="train", samples=samples), media
 
 
-def _tiny_qwen2_5_vl():
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    config = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-        },
-        vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56,
-            "fullatt_block_indexes": [1],
-        },
-    )  # fmt: skip
-    return config, Qwen2_5_VLForConditionalGeneration
-
-
-def _tiny_qwen3_vl():
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    config = Qwen3VLConfig(
-        text_config={
-            "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
-                                "mrope_interleaved": True},
-        },
-        vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 144,
-            "deepstack_visual_indexes": [0],
-        },
-    )  # fmt: skip
-    return config, Qwen3VLForConditionalGeneration
-
-
-def _model(build):
-    config, cls = build()
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    return model
+def _model(family: str):
+    return tiny_qwen_vl(family, "sdpa", seed=0).eval()
 
 
 def _summed_loss(loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -106,10 +66,10 @@ def _summed_loss(loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("family", "build"),
-    [("qwen2_5_vl", _tiny_qwen2_5_vl), ("qwen3_vl", _tiny_qwen3_vl)],
+    "family",
+    ["qwen2_5_vl", "qwen3_vl"],
 )
-def test_packed_forward_equals_each_sub_sample_alone(family, build, request, make_config, tmp_path):
+def test_packed_forward_equals_each_sub_sample_alone(family, request, make_config, tmp_path):
     processor_dir = request.getfixturevalue("qwen25_processor_dir" if family == "qwen2_5_vl" else "qwen3_processor_dir")
     config = make_config(wds_dir=tmp_path, processor_dir=processor_dir, video=TINY_VIDEO)
     encoder = PackEncoder(config, EncoderOptions(check_lengths=False))
@@ -117,7 +77,7 @@ def test_packed_forward_equals_each_sub_sample_alone(family, build, request, mak
     batch = encoder.encode(pack, media)
     assert batch.n_images_per_sample.tolist() == [0, 1, 2, 0]
     assert batch.n_videos_per_sample.tolist() == [0, 0, 0, 1]
-    model = _model(build)
+    model = _model(family)
 
     with torch.no_grad():
         packed = model(**batch.model_kwargs("sdpa"))
@@ -153,7 +113,7 @@ def test_dummy_image_changes_no_logit_or_loss_of_a_text_pack(make_config, tmp_pa
     assert dummy.n_dummy_segments == 1 and "pixel_values" in dummy.vision and "pixel_values" not in plain.vision
     assert dummy.seq_len == plain.seq_len + 1  # one <|image_pad|> token: S <= capacity + 1
     assert dummy.n_images_per_sample.tolist() == [0, 1]
-    model = _model(_tiny_qwen2_5_vl)
+    model = _model("qwen2_5_vl")
     with torch.no_grad():
         a = model(**plain.model_kwargs("sdpa"))
         b = model(**dummy.model_kwargs("sdpa"))

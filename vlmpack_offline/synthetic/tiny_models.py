@@ -1,0 +1,44 @@
+"""Tiny random Qwen-VL models (no downloaded weights) for the equivalence tests and the example.
+
+Hidden size 64, 2 layers; the vision settings (patch, merge, temporal patch) match
+the public processors built by ``processor_dir.build_processor_dir``, so the
+processor's grids fit the model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["tiny_qwen_vl"]
+
+
+def _configs(family: str):
+    text = {
+        "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    }  # fmt: skip
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+        "spatial_merge_size": 2, "temporal_patch_size": 2,
+    }  # fmt: skip
+    if family == "qwen3_vl":
+        from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+        text["rope_parameters"]["mrope_interleaved"] = True
+        vision |= {"patch_size": 16, "num_position_embeddings": 144, "deepstack_visual_indexes": [0]}
+        return Qwen3VLConfig(text_config=text, vision_config=vision), Qwen3VLForConditionalGeneration
+    if family == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+        vision |= {"patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1]}
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision), Qwen2_5_VLForConditionalGeneration
+    raise ValueError(f"no tiny model for {family!r}; choose qwen2_5_vl or qwen3_vl")
+
+
+def tiny_qwen_vl(family: str, attn_implementation: str = "sdpa", seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised (seeded) tiny model of ``family``."""
+    config, model_cls = _configs(family)
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return model_cls(config)
