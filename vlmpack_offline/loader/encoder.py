@@ -41,6 +41,7 @@ from ..conversation import Conversation, MediaRef
 from ..errors import LengthMismatchError
 from ..media import decode_frames, probe_video, sample_video
 from ..packed_format import PackedSample, PackedSubSample
+from ..packed_settings import check_against_packed_dir, config_from_packed_dir
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
 from .batch import PackBatch
 from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
@@ -83,6 +84,8 @@ class PackEncoder:
     """Builds ``PackBatch`` es for one model family (read from ``config.model``)."""
 
     def __init__(self, config: Config, options: EncoderOptions | None = None) -> None:
+        if config.data.packed_wds_dir:  # the dataset's recorded settings (.nv-meta/vlmpack.json) must agree
+            check_against_packed_dir(config, config.packed_wds_dir, missing_ok=True)
         self.config = config
         self.options = options or EncoderOptions()
         self.counter = TokenCounter.from_config(config)  # the scan's own materialize()
@@ -93,6 +96,25 @@ class PackEncoder:
         self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
         tokenizer = self.counter.tokenizer
         self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
+
+    @classmethod
+    def from_packed_dir(
+        cls,
+        packed_wds_dir: str | Path,
+        processor_path: str | Path | None = None,
+        *,
+        options: EncoderOptions | None = None,
+        **overrides: dict,
+    ) -> PackEncoder:
+        """The encoder for the settings ``packed_wds_dir`` was planned with (``.nv-meta/vlmpack.json``).
+
+        ``processor_path``: where the processor directory lives on this machine (its token files must
+        hash as recorded). ``overrides``: config sections as mappings, e.g. ``video={"fps": 2.0}``;
+        one that contradicts the recorded settings raises ``ConfigError`` naming the field and both
+        values. ``PackEncoder.from_packed_dir("/data/packed", "/models/Qwen2.5-VL-7B")``.
+        """
+        config = config_from_packed_dir(packed_wds_dir, processor_path, check=False, **overrides)
+        return cls(config, options)  # __init__ checks config against the directory's settings
 
     # -- one sub-sample -------------------------------------------------------------------------
     def _segment(self, pack_id: int, sub: PackedSubSample, media: Mapping[str, bytes]) -> _Segment:

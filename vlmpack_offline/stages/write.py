@@ -6,7 +6,12 @@
                     (JSON part bytes + media byte ranges per pack; gives each pack's tar size)
                     ──> shard assignment (pure function of plan + sizes, streamed: output/shard_plan.py)
                     ──writer threads, one shard each, as soon as it closes──> pretrain-%06d.tar.tmp -> rename
-                    ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack_write.json}
+                    ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack.json, vlmpack_write.json}
+
+``vlmpack.json`` records the model/video/sample settings the plan was made with and a
+hash of the processor files (``packed_settings.py``), for ``PackEncoder.from_packed_dir``.
+The config must still be the scan's: when the manifest records the scan's inputs
+fingerprint, a config (or processor directory) that no longer gives it is refused.
 
 Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete}:
 
@@ -20,9 +25,9 @@ Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, co
 * ``pretrain-*.tar`` present without our marker -> refused (not ours to delete).
 
 The fingerprint covers the plan's fingerprint, ``write``, ``packed_wds``,
-``sample.sample_type``/``max_token_len``, ``data.template_text_key`` (and ``model`` /
-``video`` when token ids are stored); not ``process.workers``, which never changes a
-byte. Shards are fsynced once, all together, before the marker says complete.
+``sample.sample_type``/``max_token_len``, ``data.template_text_key``, the recorded settings
+(``vlmpack.json``) and ``model`` / ``video`` when token ids are stored; not
+``process.workers``, which never changes a byte. Shards are fsynced once, all together, before the marker says complete.
 Nothing is written outside ``data.packed_wds_dir``.
 """
 
@@ -53,21 +58,25 @@ from ..output.pack_builder import Materializer, SourceFiles, build_pack
 from ..output.shard_plan import ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
+from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
 from ..stage_result import StageResult
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
 MARKER_NAME = "vlmpack_write.json"
-_OUR_META = ("dataset.yaml", "split.yaml", ".info.json", MARKER_NAME)
+_OUR_META = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
 _SCRATCH = "vlmpack-build"  # .nv-meta/ subfolder for pack descriptions while a write runs
 
 
-def write_fingerprint(config: Config, plan_fingerprint: str) -> str:
+def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | None = None) -> str:
+    """What the output depends on; ``settings`` is the ``vlmpack.json`` document (built when not given)."""
+    settings = packed_settings(config, plan_fingerprint) if settings is None else settings
     payload = section_fingerprint_payload(config, "write", "packed_wds")
     payload.update(
         plan=plan_fingerprint,
+        settings=fingerprint(settings),
         format=PACK_FORMAT,
         sample_type=config.sample.sample_type,
         capacity=config.sample.max_token_len,
@@ -283,6 +292,22 @@ def _describe_and_write(config: Config, shard_paths: dict[str, str], packs: list
 
 
 # -- driver ----------------------------------------------------------------------------------
+def _check_scan_inputs(config: Config, manifest: Manifest) -> None:
+    """Refuse a config whose data/sample/model/video settings or processor files are not the scan's:
+    ``vlmpack.json`` must record what the plan was made with."""
+    recorded = manifest.get_meta("scan_inputs")
+    if recorded is None:  # a manifest not made by `vlmpack scan` (hand-built in tests): nothing to compare
+        return
+    from .scan import scan_inputs_fingerprint
+
+    if scan_inputs_fingerprint(config) != recorded:
+        raise StaleArtifactError(
+            f"{manifest_path(config.work_dir)} was scanned with other settings than this config's "
+            "(data/sample/model/video sections or the processor directory's files changed): use the scan's "
+            "config, or rerun `vlmpack scan`, `bucket`, `plan` with the new one"
+        )
+
+
 def _load_plan(config: Config) -> tuple[dict, list[Pack]]:
     meta = read_plan_meta(config.work_dir)
     if meta is None or not plan_path(config.work_dir).is_file():
@@ -304,7 +329,12 @@ def run(config: Config) -> StageResult:
     if not config.data.packed_wds_dir:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
     meta, packs = _load_plan(config)
-    fp = write_fingerprint(config, meta["fingerprint"])
+    if not manifest_path(config.work_dir).is_file():
+        raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        _check_scan_inputs(config, manifest)  # before anything in out_dir is touched
+    settings = packed_settings(config, meta["fingerprint"])
+    fp = write_fingerprint(config, meta["fingerprint"], settings)
     marker = _read_marker(out_dir)
     if marker and marker.get("fingerprint") == fp and marker.get("complete"):
         return StageResult(stage="write", skipped=True, summary=[f"{out_dir} is up to date"],
@@ -319,8 +349,6 @@ def run(config: Config) -> StageResult:
             "move them away or point data.packed_wds_dir at an empty folder"
         )
     _materializer(config)  # fail early on a bad tokenizer setup, before any output
-    if not manifest_path(config.work_dir).is_file():
-        raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
@@ -337,6 +365,7 @@ def run(config: Config) -> StageResult:
     write_dataset_yaml(out_dir, config.sample.sample_type)
     write_split_yaml(out_dir, split_parts)
     write_info_json(out_dir, {job.name: len(job.packs) for job in jobs})
+    write_packed_settings(out_dir, settings)
     if config.write.energon_prepare:
         run_energon_prepare(out_dir, split_parts, config.process.workers)
     counts = {

@@ -1,0 +1,251 @@
+"""The settings a packed dataset was planned with, stored next to it so the loader cannot drift.
+
+``vlmpack write`` records in ``packed_wds_dir/.nv-meta/vlmpack.json`` the config
+sections the token lengths depend on, and a content hash of the processor files
+that decide tokens; the loader rebuilds its ``Config`` from them
+(``PackEncoder.from_packed_dir``) or checks its own config against them
+(``check_against_packed_dir``)::
+
+    .nv-meta/vlmpack.json   (sorted keys, 2-space indent, written atomically; energon ignores it)
+    {
+      "format": "vlmpack.packed_settings", "version": 1,
+      "fingerprint": "3f0c...",       # model/video/sample (processor path left out) + processor file hashes
+      "plan_fingerprint": "9a1e...",  # the pack_plan.jsonl the shards were written from
+      "model":  {"model_type": "qwen2_5_vl",            # resolved (config.json when model.model_type is unset)
+                 "processor_loader": "auto_processor",
+                 "processor_kwargs": {"pretrained_model_name_or_path": "/abs/proc", "min_pixels": ...}},
+      "video":  {"fps": 2.0, "min_frames": 4, ...},     # the whole `video:` section
+      "sample": {"max_token_len": 8192, "sample_type": "vlmpack_packed"},
+      "loss":   {"train_on": "assistant"},             # only when the config has a `loss:` section
+      "processor": {"sha256": "<sha256 of the files map>",
+                    "files": {"chat_template.jinja": "<sha256>", "preprocessor_config.json": "<sha256>", ...}}
+    }
+
+Checked (a difference raises ``ConfigError`` naming the field and both values):
+``model.model_type`` (resolved on both sides), ``model.processor_loader``, every
+``model.processor_kwargs`` key except the processor path (the folder may live
+elsewhere on the training machine: its files' hashes are compared instead),
+every ``video`` and ``sample`` field, and the processor files of ``PROCESSOR_FILES``
+(a file present on one side only is a difference). ``loss`` is restored by
+``config_from_packed_dir`` but not checked: it changes labels, never lengths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .artifacts import atomic_write_text, canonical_json, fingerprint
+from .config import Config, config_from_dict
+from .errors import ConfigError
+
+__all__ = [
+    "SETTINGS_NAME",
+    "SETTINGS_FORMAT",
+    "PROCESSOR_FILES",
+    "processor_file_hashes",
+    "packed_settings",
+    "write_packed_settings",
+    "read_packed_settings",
+    "config_from_packed_dir",
+    "check_against_packed_dir",
+]
+
+SETTINGS_NAME = "vlmpack.json"  # in packed_wds_dir/.nv-meta/
+SETTINGS_FORMAT = "vlmpack.packed_settings"
+_VERSION = 1
+_META_DIR = ".nv-meta"  # energon's MAIN_FOLDER_NAME (output.energon_meta.META_DIR)
+_PATH_KEY = "pretrained_model_name_or_path"
+_CHECKED = ("model", "video", "sample")  # sections the token lengths depend on
+_RESTORED = ("loss",)  # stored and restored, not checked
+# Files of a processor directory that decide the token ids: tokenizer (BPE / sentencepiece / tiktoken),
+# chat template (own file or inside tokenizer_config.json), image / video processor settings, model_type.
+PROCESSOR_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "tiktoken.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "processor_config.json",
+    "config.json",
+)
+
+
+def processor_file_hashes(directory: str | Path) -> dict[str, str]:
+    """sha256 of each ``PROCESSOR_FILES`` entry present in ``directory`` (absent ones are left out)."""
+    directory = Path(directory)
+    out = {}
+    for name in PROCESSOR_FILES:
+        path = directory / name
+        if path.is_file():
+            out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _sections(config: Config) -> dict[str, dict]:
+    """The stored sections as plain data, ``model.model_type`` resolved from the processor directory."""
+    out = {name: dataclasses.asdict(getattr(config, name)) for name in (*_CHECKED, *_RESTORED) if hasattr(config, name)}
+    if config.model.processor_kwargs.get(_PATH_KEY):
+        from .tokens.rules import load_model_rules  # reads config.json / preprocessor_config.json
+
+        out["model"]["model_type"] = load_model_rules(config.model).model_type
+    return json.loads(json.dumps(out))  # tuples -> lists, as they come back from the file
+
+
+def _processor_block(config: Config) -> dict | None:
+    path = config.model.processor_kwargs.get(_PATH_KEY)
+    if not path:
+        return None
+    files = processor_file_hashes(path)
+    return {"sha256": hashlib.sha256(canonical_json(files).encode()).hexdigest(), "files": files}
+
+
+def packed_settings(config: Config, plan_fingerprint: str) -> dict:
+    """The ``vlmpack.json`` document for ``config`` (see the module doc)."""
+    sections = _sections(config)
+    processor = _processor_block(config)
+    portable = json.loads(json.dumps(sections))
+    portable["model"]["processor_kwargs"].pop(_PATH_KEY, None)  # where it lives does not change a token
+    body = {
+        "format": SETTINGS_FORMAT,
+        "version": _VERSION,
+        "fingerprint": fingerprint({"sections": portable, "processor": processor and processor["files"]}),
+        "plan_fingerprint": plan_fingerprint,
+        **sections,
+        "processor": processor,
+    }
+    return body
+
+
+def write_packed_settings(out_dir: Path, document: dict) -> None:
+    atomic_write_text(Path(out_dir) / _META_DIR / SETTINGS_NAME, json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def read_packed_settings(packed_dir: str | Path) -> dict:
+    """The stored document; ``ConfigError`` when the dataset has none (written before settings were recorded)."""
+    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
+    if not path.is_file():
+        raise ConfigError(
+            f"{path} not found: {packed_dir} was not written by a `vlmpack write` that records its settings; "
+            "rerun `vlmpack write` (the shards are rebuilt) or build PackEncoder(config) from the scan's config"
+        )
+    try:
+        document = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); rerun `vlmpack write`") from None
+    if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT or document.get("version") != _VERSION:
+        raise ConfigError(f"{path}: not a {SETTINGS_FORMAT} version {_VERSION} file; rerun `vlmpack write`")
+    return document
+
+
+def config_from_packed_dir(
+    packed_dir: str | Path, processor_path: str | Path | None = None, *, check: bool = True, **overrides: dict
+) -> Config:
+    """A ``Config`` with the stored model/video/sample (and loss) sections and ``data.packed_wds_dir``.
+
+    ``processor_path`` replaces the stored processor folder. ``overrides`` are config sections as
+    mappings (``video={"fps": 2.0}``); a value that contradicts the stored one raises ``ConfigError``
+    (from ``check_against_packed_dir``, run unless ``check=False``); other sections (``loss``,
+    ``data``, ...) are taken as given.
+    """
+    document = read_packed_settings(packed_dir)
+    source = str(Path(packed_dir) / _META_DIR / SETTINGS_NAME)
+    raw: dict[str, Any] = {
+        name: json.loads(json.dumps(document[name])) for name in (*_CHECKED, *_RESTORED) if name in document
+    }
+    if "loss" in raw and "loss" not in {f.name for f in dataclasses.fields(Config)}:
+        raw.pop("loss")  # written by a vlmpack with a `loss:` section, read by one without
+    raw["data"] = {"packed_wds_dir": str(packed_dir)}
+    if processor_path is not None:
+        raw["model"]["processor_kwargs"][_PATH_KEY] = str(processor_path)
+    for section, values in overrides.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"from_packed_dir: override {section}= must be a mapping of keys, got {values!r}")
+        target = raw.setdefault(section, {})
+        for key, value in values.items():
+            if key == "processor_kwargs" and isinstance(value, dict):
+                target.setdefault(key, {}).update(value)
+            else:
+                target[key] = value
+    config = config_from_dict(raw, source=source)
+    stored_path = config.model.processor_kwargs.get(_PATH_KEY)
+    if document.get("processor") and stored_path and not Path(stored_path).is_dir():
+        raise ConfigError(
+            f"{source}: the processor directory {stored_path!r} the dataset was written with is not here: "
+            "pass processor_path= (a copy of that directory on this machine)"
+        )
+    if check:
+        _check(config, document, source)
+    return config
+
+
+def check_against_packed_dir(config: Config, packed_dir: str | Path, *, missing_ok: bool = False) -> None:
+    """Raise ``ConfigError`` listing every checked setting of ``config`` that differs from the packed dataset's.
+
+    ``missing_ok``: return quietly when ``packed_dir`` records no settings (output of an older vlmpack).
+    """
+    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
+    if missing_ok and not path.is_file():
+        return
+    _check(config, read_packed_settings(packed_dir), str(path))
+
+
+_UNSET = object()  # a key one side does not have
+
+
+def _show(value: Any) -> str:
+    return "(not set)" if value is _UNSET else repr(value)
+
+
+def _same(stored: Any, given: Any) -> bool:
+    if stored is _UNSET or given is _UNSET:
+        return stored is given
+    return json.loads(json.dumps(stored)) == json.loads(json.dumps(given))  # 2 == 2.0, tuple == list
+
+
+def _check(config: Config, document: dict, source: str) -> None:
+    here = _sections(config)
+    problems: list[str] = []
+
+    def compare(field: str, stored: Any, given: Any) -> None:
+        if not _same(stored, given):
+            problems.append(f"{field}: packed with {_show(stored)}, this config has {_show(given)}")
+
+    for section in _CHECKED:
+        stored, given = document.get(section) or {}, here[section]
+        for key in sorted(set(stored) | set(given)):
+            if section == "model" and key == "processor_kwargs":
+                kwargs_stored, kwargs_given = stored.get(key) or {}, given.get(key) or {}
+                for name in sorted((set(kwargs_stored) | set(kwargs_given)) - {_PATH_KEY}):
+                    compare(f"model.processor_kwargs.{name}", kwargs_stored.get(name, _UNSET), kwargs_given.get(name, _UNSET))
+            else:
+                compare(f"{section}.{key}", stored.get(key, _UNSET), given.get(key, _UNSET))
+    processor = document.get("processor")
+    if processor:
+        path = config.model.processor_kwargs.get(_PATH_KEY)
+        files = processor_file_hashes(path) if path else {}
+        for name in sorted(set(processor["files"]) | set(files)):
+            stored_hash, given_hash = processor["files"].get(name), files.get(name)
+            if stored_hash != given_hash:
+                problems.append(
+                    f"processor file {name} in {path}: sha256 {(given_hash or 'absent')[:16]}, "
+                    f"packed with {(stored_hash or 'absent')[:16]}"
+                )
+    if problems:
+        raise ConfigError(
+            f"the settings differ from those {Path(source).parent.parent} was planned with ({source}); "
+            "token lengths would not match the plan:\n  " + "\n  ".join(problems)
+            + "\nbuild the encoder with PackEncoder.from_packed_dir(...), use the scan's config and processor "
+            "directory, or rerun scan -> write with the new settings"
+        )
