@@ -14,18 +14,56 @@
 order; ``n_images_per_sample`` / ``n_videos_per_sample`` say which rows belong
 to which sub-sample, so a pipeline-parallel schedule can cut a pack into
 micro-batches at sub-sample boundaries.
+
+Batches pickle (DataLoader workers send them to the main process): a worker that
+built one calls ``ensure_picklable`` first, so a field that cannot cross the
+process boundary raises there, with the pack named, instead of failing silently
+in the queue's feeder thread (which leaves the main process waiting forever).
 """
 
 from __future__ import annotations
 
+import io
+import pickle
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from .attention import block_causal_mask
 from .vision_inputs import VisionInputs
 
-__all__ = ["PackBatch"]
+__all__ = ["PackBatch", "PackPosition", "ensure_picklable"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackPosition:
+    """Where a pack sits in its rank's epoch order (set by ``PackDataset``; see its module doc)."""
+
+    epoch: int  # the epoch whose permutation placed this pack
+    index: int  # 0-based position in this rank's order for that epoch (= batches the rank yielded before it)
+    epoch_len: int  # packs this rank yields per epoch
+
+
+class _StructurePickler(pickle.Pickler):
+    """Pickles everything but array data: tensors and arrays become references (cheap structure check)."""
+
+    def persistent_id(self, obj: Any) -> str | None:
+        if isinstance(obj, (torch.Tensor, np.ndarray)):
+            return "array"
+        return None
+
+
+def ensure_picklable(obj: Any, what: str) -> None:
+    """Raise ``TypeError`` naming ``what`` when ``obj`` cannot be pickled (tensor data is not copied)."""
+    try:
+        _StructurePickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except Exception as error:  # pickle raises TypeError, AttributeError, PicklingError, ...
+        raise TypeError(
+            f"{what} cannot be pickled ({type(error).__name__}: {error}), so a DataLoader worker cannot send it "
+            "to the main process; keep batch fields to tensors, numbers, strings and plain containers"
+        ) from error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +80,7 @@ class PackBatch:
     n_videos_per_sample: torch.Tensor  # long [n], videos per segment
     loss_weights: torch.Tensor | None = None  # float [1, S]: 1/n_label_tokens of its segment, else 0
     n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
+    position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
 
     @property
     def seq_len(self) -> int:
@@ -115,4 +154,5 @@ class PackBatch:
             n_videos_per_sample=move(self.n_videos_per_sample),
             loss_weights=move(self.loss_weights),
             n_dummy_segments=self.n_dummy_segments,
+            position=self.position,
         )

@@ -6,6 +6,9 @@ Qwen2.5-VL videos); HF-encoder families produce other fields (``image_sizes``,
 ``pixel_attention_mask``, ...). The loader never names them one by one: it
 keeps whatever the processor returned, concatenated over the pack's media in
 order, so ``model(**batch.model_kwargs())`` passes them through unchanged.
+
+It is read-only for users (a ``MappingProxyType`` view) and pickles as the plain
+dict behind it, so batches cross DataLoader worker processes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ class VisionInputs(Mapping):
 
     def __len__(self) -> int:
         return len(self.fields)
+
+    def __reduce__(self):
+        # the MappingProxyType view cannot be pickled (DataLoader workers): pickle the fields as a dict
+        return (VisionInputs, (dict(self.fields),))
 
     def to(self, device: torch.device | str) -> VisionInputs:
         return VisionInputs({k: v.to(device) for k, v in self.fields.items()})
