@@ -99,7 +99,7 @@ def test_media_named_with_the_sample_key_prefix_resolves_to_the_part():
         (b"\xff\xfe not utf-8", ("json",), "bad_json"),
         (json.dumps({"caption": "a cat"}), ("json",), "unknown_format"),
         (json.dumps([1, 2]), ("json",), "unknown_format"),
-        (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), ("json",), "unknown_format"),
+        (json.dumps({"messages": []}), ("json",), "unknown_format"),
         (json.dumps({"messages": [{"role": "user", "content": [{"type": "image", "image": "img1.jpg"}]},
                                   {"role": "assistant", "content": "x"}]}), ("json", "img0.jpg"), "missing_media"),
         (json.dumps({"conversations": [{"from": "human", "value": "<image><image>"}, {"from": "gpt", "value": "x"}]}),
@@ -107,7 +107,7 @@ def test_media_named_with_the_sample_key_prefix_resolves_to_the_part():
         (json.dumps({"conversations": [{"from": "human", "value": "<image><image>"}, {"from": "gpt", "value": "x"}],
                      "images": ["img0.jpg"]}), ("json", "img0.jpg", "img1.jpg"), "missing_media"),
     ],
-    ids=["truncated", "not_utf8", "no_conversation_key", "not_object", "no_assistant", "named_part_absent",
+    ids=["truncated", "not_utf8", "no_conversation_key", "not_object", "no_turns", "named_part_absent",
          "more_tags_than_parts", "more_tags_than_images_list"],
 )
 def test_unusable_json_raises_with_its_drop_reason(raw, parts, reason):

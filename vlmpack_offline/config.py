@@ -2,7 +2,7 @@
 
 The key names of ``data``, ``sample``, ``model``, ``packed_wds`` and ``process`` are
 those of the published offline-packing tool vlmpack replaces, so its configs load
-as they are. ``video``, ``packing``, ``split``, ``write`` and ``stats`` are ours.
+as they are. ``video``, ``packing``, ``split``, ``write`` and ``loss`` are ours.
 Unknown keys and wrongly typed values are errors naming the file and the key.
 ``configs/config.yaml`` documents every key.
 """
@@ -33,6 +33,7 @@ __all__ = [
     "PackingConfig",
     "SplitConfig",
     "WriteConfig",
+    "LossConfig",
     "load_config",
     "config_from_dict",
     "section_fingerprint_payload",
@@ -121,6 +122,13 @@ class WriteConfig:
 
 
 @dataclass(**_FROZEN)
+class LossConfig:
+    """Which tokens get labels (scan drops what would learn nothing; the loader builds labels)."""
+
+    train_on: Literal["assistant", "all"] = "assistant"  # assistant turns (content + end-of-turn), or all text
+
+
+@dataclass(**_FROZEN)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
@@ -131,6 +139,7 @@ class Config:
     packing: PackingConfig = field(default_factory=PackingConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
     source: str = "<dict>"  # the file this config came from, for messages
 
     @property

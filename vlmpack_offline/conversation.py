@@ -147,8 +147,10 @@ def parse_conversation(
     else:
         known = ["messages", "conversations"] + ([template_text_key] if template_text_key else [])
         raise ConversationError("unknown_format", f"no known conversation key (looked for {', '.join(known)})")
-    if not any(m["role"] == "assistant" for m in messages):
-        raise ConversationError("unknown_format", "conversation has no assistant turn")
+    if not messages:
+        raise ConversationError("unknown_format", "conversation has no turns")
+    # a conversation without an assistant turn parses: whether it can be learned is loss.train_on's
+    # question, answered by the counter (drop reason no_labels)
     media = tuple(
         MediaRef(kind=item["type"], part=item[item["type"]])
         for message in messages

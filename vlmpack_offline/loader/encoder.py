@@ -57,6 +57,7 @@ class EncoderOptions:
     check_lengths: bool = True  # raise LengthMismatchError when a sub-sample's length != its planned token_len
     loss_weights: bool = False  # also emit per-token 1/n_label_tokens weights (per-sample loss averaging)
     dummy_image_for_text_packs: bool = False  # add a 1-token dummy image segment to packs without media
+    train_on: str | None = None  # "assistant" | "all"; None = the config's loss.train_on
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +90,10 @@ class PackEncoder:
         self.config = config
         self.options = options or EncoderOptions()
         self.counter = TokenCounter.from_config(config)  # the scan's own materialize()
+        if self.options.train_on is not None:
+            if self.options.train_on not in ("assistant", "all"):
+                raise ValueError(f"EncoderOptions.train_on must be 'assistant' or 'all', got {self.options.train_on!r}")
+            self.counter.train_on = self.options.train_on
         self.rules = self.counter.rules
         path = Path(self.rules.processor_path)
         kwargs = {k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"}

