@@ -13,13 +13,28 @@
 A pack already fills the context, so a batch is one pack (``batch_size=1``);
 ``batch`` refuses more, because concatenating packs would break the
 ``cu_seqlens`` contract and the capacity the plan promised.
+
+Epochs and state are energon's: with ``WorkerConfig(rank, world_size, num_workers)``
+energon deals the split's packs out to the ``world_size * num_workers`` workers in
+contiguous slices whose sizes differ by at most one, and its infinite train loader
+walks each worker's slice once per epoch; ``len(loader)`` is this rank's share.
+When the pack count is a multiple of ``world_size * num_workers`` every rank has
+the same ``len(loader)`` and that many steps see every train pack exactly once;
+otherwise worker (and rank) shares differ by one, so step a fixed count on every rank
+(energon's loader never ends) and let the extras spill into the next epoch.
+``get_savable_loader``'s ``save_state_rank`` / ``restore_state_rank`` resume
+mid-epoch with nothing more from us: the cooker is ``@stateless`` and a
+``PackBatch`` is rebuilt from its pack.
+In a worker, each batch is checked to pickle before energon queues it (an error
+energon reports, instead of a silent hang in the queue's feeder thread).
 """
 
 from __future__ import annotations
 
 from megatron.energon import DefaultTaskEncoder
+from torch.utils.data import get_worker_info
 
-from .batch import PackBatch
+from .batch import PackBatch, ensure_picklable
 from .cooker import DEFAULT_SAMPLE_TYPE, CookedPack, cooker
 from .encoder import PackEncoder
 
@@ -48,4 +63,6 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
         return samples[0]
 
     def encode_batch(self, batch: PackBatch) -> PackBatch:
+        if get_worker_info() is not None:  # a DataLoader worker sends it to the main process: it must pickle
+            ensure_picklable(batch, f"pack {batch.pack_id}'s PackBatch")
         return batch
