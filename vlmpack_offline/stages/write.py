@@ -2,8 +2,9 @@
 
 ::
 
-    pack_plan.jsonl ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.pkl
-                    (JSON part bytes + media byte ranges per pack; gives each pack's tar size)
+    pack_plan.jsonl ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.bin
+                    (JSON part bytes + media byte ranges per pack; gives each pack's tar size;
+                     JSON header + raw bytes, bound to the run's fingerprint: output/scratch.py)
                     ──> shard assignment (pure function of plan + sizes, streamed: output/shard_plan.py)
                     ──writer threads, one shard each, as soon as it closes──> pretrain-%06d.tar.tmp -> rename
                     ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack.json, vlmpack_write.json}
@@ -13,21 +14,25 @@ hash of the processor files (``packed_settings.py``), for ``PackEncoder.from_pac
 The config must still be the scan's: when the manifest records the scan's inputs
 fingerprint, a config (or processor directory) that no longer gives it is refused.
 
-Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete}:
+Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete, shards}
+(``shards``: every shard name a run of this fingerprint started, recorded before its file exists):
 
 * same fingerprint, complete  -> no-op;
-* same fingerprint, not complete (killed) -> only shards whose ``.tar`` / ``.tar.idx`` are
-  missing or not of their expected size are written (leftover ``.tmp`` files are
-  overwritten); the result is byte-identical to an uninterrupted run;
+* same fingerprint, not complete (killed) -> only shards that are not recorded, or whose
+  ``.tar`` / ``.tar.idx`` are missing or not of their expected size, are written (leftover
+  ``.tmp`` files are overwritten); the result is byte-identical to an uninterrupted run;
 * other fingerprint (new plan or other write/packed_wds/sample_type settings) -> the old
-  output is REBUILT: our own files (``pretrain-*.tar*``, our ``.nv-meta`` files) are
-  removed, then everything is written again;
-* ``pretrain-*.tar`` present without our marker -> refused (not ours to delete).
+  output is REBUILT: the shards its marker lists (``.tar``, ``.tar.idx``, their ``.tmp``),
+  our scratch files and our ``.nv-meta`` files are removed, then everything is written again.
+  Nothing else is deleted: ``pretrain-000000.tar.orig`` or a user's notes stay;
+* no marker, but files named as our shards or ``.nv-meta`` files -> refused (not ours).
 
+``output/layout.py`` refuses a ``packed_wds_dir`` that overlaps ``wds_dir`` or ``work_dir``.
 The fingerprint covers the plan's fingerprint, ``write``, ``packed_wds``,
 ``sample.sample_type``/``max_token_len``, ``data.template_text_key``, the recorded settings
 (``vlmpack.json``) and ``model`` / ``video`` when token ids are stored; not
-``process.workers``, which never changes a byte. Shards are fsynced once, all together, before the marker says complete.
+``process.workers``, which never changes a byte. Shards are fsynced once, all together,
+before the marker says complete. Nothing read back from ``packed_wds_dir`` is executed.
 Nothing is written outside ``data.packed_wds_dir``.
 """
 
@@ -36,8 +41,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import pickle
-import shutil
+import re
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -54,7 +58,9 @@ from ..output.energon_meta import (
     write_info_json,
     write_split_yaml,
 )
+from ..output.layout import check_folder_layout
 from ..output.pack_builder import Materializer, SourceFiles, build_pack
+from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, save_chunk
 from ..output.shard_plan import ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
@@ -67,7 +73,8 @@ __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
-_SCRATCH = "vlmpack-build"  # .nv-meta/ subfolder for pack descriptions while a write runs
+_SHARD_NAME = re.compile(r"pretrain-\d{6}\.tar")
+_SHARD_FILE = re.compile(r"(pretrain-\d{6}\.tar)(?:\.idx)?(?:\.tmp)?")
 
 
 def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | None = None) -> str:
@@ -112,19 +119,35 @@ def _read_marker(out_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_marker(out_dir: Path, fp: str, *, complete: bool, counts: dict | None = None) -> None:
-    body = {"fingerprint": fp, "complete": complete, **({"counts": counts} if counts else {})}
+def _write_marker(out_dir: Path, fp: str, *, complete: bool, shards: Iterable[str], counts: dict | None = None) -> None:
+    """``shards``: every output shard this fingerprint's runs have started (what a rebuild may delete)."""
+    body = {"fingerprint": fp, "complete": complete, "shards": sorted(shards), **({"counts": counts} if counts else {})}
     atomic_write_text(out_dir / META_DIR / MARKER_NAME, json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
-def _our_tars(out_dir: Path) -> list[Path]:
-    return sorted(p for p in out_dir.glob("pretrain-*.tar*") if p.is_file())
+def _shard_files(out_dir: Path, name: str) -> list[Path]:
+    """A shard and what its writer leaves: ``.tar``, ``.tar.idx`` and their ``.tmp``."""
+    return [out_dir / (name + suffix) for suffix in ("", ".idx", ".tmp", ".idx.tmp")]
 
 
-def _clear_output(out_dir: Path) -> None:
-    for path in _our_tars(out_dir):
-        path.unlink()
-    shutil.rmtree(out_dir / META_DIR / _SCRATCH, ignore_errors=True)
+def _shard_names_present(out_dir: Path) -> list[str]:
+    """Files named exactly as this stage names its shards (not ``pretrain-000000.tar.orig`` and the like)."""
+    names = {m.group(1) for p in out_dir.glob("pretrain-*") if (m := _SHARD_FILE.fullmatch(p.name)) and p.is_file()}
+    return sorted(names)
+
+
+def _recorded_shards(marker: dict) -> list[str]:
+    shards = marker.get("shards", [])
+    return [name for name in shards if isinstance(name, str) and _SHARD_NAME.fullmatch(name)]
+
+
+def _clear_output(out_dir: Path, marker: dict) -> None:
+    """Delete what an earlier write recorded in its marker (a marker from before the list: files named as ours)."""
+    names = _recorded_shards(marker) if "shards" in marker else _shard_names_present(out_dir)
+    for name in names:
+        for path in _shard_files(out_dir, name):
+            path.unlink(missing_ok=True)
+    clear_scratch(out_dir)
     for name in _OUR_META:
         (out_dir / META_DIR / name).unlink(missing_ok=True)
 
@@ -175,26 +198,17 @@ def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles,
     )
 
 
-def _chunk_path(out_dir: Path, chunk_no: int) -> Path:
-    return out_dir / META_DIR / _SCRATCH / f"packs-{chunk_no:06d}.pkl"
-
-
-def _load_chunk(path: Path) -> list | None:
-    try:
-        return pickle.loads(path.read_bytes())
-    except (pickle.UnpicklingError, EOFError, ValueError):
-        return None
-
-
-def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) -> list[int]:
+def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ...]]) -> list[int]:
     """Build the JSON part and media locators of a chunk of packs; keep them in a scratch file.
 
     Returns the bytes each pack takes inside a tar. Reads only the source JSON members;
     the write pass then copies media without touching the manifest or parsing again.
     """
-    config, shard_paths, chunk_no, packs = args
-    path = _chunk_path(config.packed_wds_dir, chunk_no)
-    described = _load_chunk(path) if path.is_file() else None  # left by an interrupted run, same fingerprint
+    config, fp, shard_paths, chunk_no, packs = args
+    path = chunk_path(config.packed_wds_dir, chunk_no)
+    pack_ids = [pack.pack_id for pack in packs]
+    # left by an interrupted run of this fingerprint, else None (never executed: output/scratch.py)
+    described = load_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids)
     if described is None:
         records = _records_for(config, packs)
         files = SourceFiles(shard_paths)
@@ -206,12 +220,7 @@ def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) 
                 described.append((built.json_bytes, media, built.ids_npy))
         finally:
             files.close()
-        # a cache, not an artifact: renamed into place (safe against kill -9) but not fsynced;
-        # a file cut short by a power loss fails to unpickle and is rebuilt
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(pickle.dumps(described, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(tmp, path)
+        save_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids, described=described)
     return [
         member_bytes_in_tar(len(json_bytes))
         + sum(member_bytes_in_tar(m[3]) for m in media)
@@ -220,7 +229,19 @@ def _describe_packs(args: tuple[Config, dict[str, str], int, tuple[Pack, ...]]) 
     ]
 
 
-def _write_shard(config: Config, shard_paths: dict[str, str], job: ShardJob) -> tuple[str, int, int]:
+def _chunk_for_writing(config: Config, fp: str, packs: list[Pack], chunk_no: int) -> list[Described]:
+    path = chunk_path(config.packed_wds_dir, chunk_no)
+    pack_ids = [p.pack_id for p in packs[chunk_no * _SIZE_CHUNK : (chunk_no + 1) * _SIZE_CHUNK]]
+    described = load_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids)
+    if described is None:
+        raise ShardError(f"{path} changed while `vlmpack write` ran: another process writes to "
+                         f"{config.packed_wds_dir}? Run one write at a time; rerun to resume")
+    return described
+
+
+def _write_shard(
+    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], job: ShardJob
+) -> tuple[str, int, int]:
     """Write one output shard from the described packs of its scratch chunks."""
     files = SourceFiles(shard_paths)
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
@@ -229,7 +250,7 @@ def _write_shard(config: Config, shard_paths: dict[str, str], job: ShardJob) -> 
         for pack, position in zip(job.packs, job.positions, strict=True):
             chunk_no = position // _SIZE_CHUNK
             if chunk_no not in loaded:
-                loaded = {chunk_no: pickle.loads(_chunk_path(config.packed_wds_dir, chunk_no).read_bytes())}
+                loaded = {chunk_no: _chunk_for_writing(config, fp, packs, chunk_no)}
             json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
             members = [(JSON_PART, json_bytes)]
             members.extend((part, files.read(shard, offset, size)) for part, shard, offset, size in media)
@@ -259,15 +280,19 @@ def _described_sizes(chunks: list, workers: int) -> Iterator[list[int]]:
         yield from pool.map(_describe_packs, chunks)
 
 
-def _describe_and_write(config: Config, shard_paths: dict[str, str], packs: list[Pack]) -> tuple[list[ShardJob], int]:
+def _describe_and_write(
+    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: set[str]
+) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
     Writing runs on threads: it is mostly ``pread``/``write`` system calls that release
-    the GIL, so it overlaps the describing. Returns (all shards, shards written).
+    the GIL, so it overlaps the describing. A shard's name goes into the marker's
+    ``shards`` (``recorded``) before its file is created; a shard counts as already
+    written only when it is recorded there. Returns (all shards, shards written).
     """
     out_dir, workers = config.packed_wds_dir, config.process.workers
     chunks = [
-        (config, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
+        (config, fp, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
         for i in range(0, len(packs), _SIZE_CHUNK)
     ]
     assigner = ShardAssigner(maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
@@ -275,11 +300,17 @@ def _describe_and_write(config: Config, shard_paths: dict[str, str], packs: list
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlmpack-write") as writers:
         futures = []
 
-        def submit(ready: list[ShardJob]) -> None:
+        def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
             for job in ready:
                 jobs.append(job)
-                if not shard_is_done(out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)):
-                    futures.append(writers.submit(_write_shard, config, shard_paths, job))
+                done = job.name in recorded and shard_is_done(
+                    out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)
+                )
+                if not done:
+                    if job.name not in recorded:
+                        recorded.add(job.name)
+                        _write_marker(out_dir, fp, complete=False, shards=recorded)
+                    futures.append(writers.submit(_write_shard, config, fp, shard_paths, packs, job))
 
         position = 0
         for sizes in _described_sizes(chunks, workers):
@@ -292,6 +323,18 @@ def _describe_and_write(config: Config, shard_paths: dict[str, str], packs: list
 
 
 # -- driver ----------------------------------------------------------------------------------
+def _refuse_foreign_output(out_dir: Path) -> None:
+    """Without our marker, refuse a folder holding files this stage would overwrite."""
+    names = _shard_names_present(out_dir)
+    meta = [n for n in ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME) if (out_dir / META_DIR / n).exists()]
+    if names or meta:
+        found = ", ".join(names[:3] + [f"{META_DIR}/{n}" for n in meta])
+        raise StaleArtifactError(
+            f"{out_dir} holds files vlmpack did not record writing ({found}): "
+            "move them away or point data.packed_wds_dir at an empty folder"
+        )
+
+
 def _check_scan_inputs(config: Config, manifest: Manifest) -> None:
     """Refuse a config whose data/sample/model/video settings or processor files are not the scan's:
     ``vlmpack.json`` must record what the plan was made with."""
@@ -328,6 +371,7 @@ def run(config: Config) -> StageResult:
     out_dir = config.packed_wds_dir
     if not config.data.packed_wds_dir:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
+    check_folder_layout(config)
     meta, packs = _load_plan(config)
     if not manifest_path(config.work_dir).is_file():
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
@@ -341,22 +385,20 @@ def run(config: Config) -> StageResult:
                            counts=marker.get("counts", {}), seconds=time.perf_counter() - started)
     rebuilt = False
     if marker and marker.get("fingerprint") != fp:
-        _clear_output(out_dir)
+        _clear_output(out_dir, marker)
         rebuilt = True
-    elif marker is None and _our_tars(out_dir):
-        raise StaleArtifactError(
-            f"{out_dir} holds pretrain-*.tar files that vlmpack did not record writing: "
-            "move them away or point data.packed_wds_dir at an empty folder"
-        )
+    elif marker is None:
+        _refuse_foreign_output(out_dir)
+    recorded = set(_recorded_shards(marker)) if marker and not rebuilt else set()
     _materializer(config)  # fail early on a bad tokenizer setup, before any output
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
-    _write_marker(out_dir, fp, complete=False)
+    _write_marker(out_dir, fp, complete=False, shards=recorded)
 
-    jobs, n_written = _describe_and_write(config, shard_paths, packs)
+    jobs, n_written = _describe_and_write(config, fp, shard_paths, packs, recorded)
     fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
-    shutil.rmtree(out_dir / META_DIR / _SCRATCH, ignore_errors=True)
+    clear_scratch(out_dir)
 
     split_parts: dict[str, list[str]] = {}
     for job in jobs:
@@ -376,7 +418,7 @@ def run(config: Config) -> StageResult:
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
     }
     stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
-    _write_marker(out_dir, fp, complete=True, counts=stable)
+    _write_marker(out_dir, fp, complete=True, shards=[job.name for job in jobs], counts=stable)
     seconds = time.perf_counter() - started
     summary = [
         f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "

@@ -1,0 +1,97 @@
+"""`vlmpack write` never executes what it finds in its output folder, deletes only what it wrote,
+and refuses folder layouts where a stage would read (or delete) its own inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from _packed_fixture import build_inputs
+
+from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.stages import write
+
+SCRATCH = Path(".nv-meta") / "vlmpack-build"
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+class _CreatesFile:
+    """Unpickling this opens (so creates) ``path``: stands for any code a planted pickle would run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_planted_scratch_files_are_never_loaded_and_the_output_is_a_clean_runs(tmp_path):
+    inputs = build_inputs(tmp_path)
+    clean = tmp_path / "clean"
+    write.run(inputs.with_config(data={"packed_wds_dir": str(clean)}))
+
+    out = inputs.config.packed_wds_dir
+    (out / SCRATCH).mkdir(parents=True)
+    ran = tmp_path / "pickle-payload-ran"
+    (out / SCRATCH / "packs-000000.pkl").write_bytes(pickle.dumps(_CreatesFile(ran)))  # the old scratch path
+    # the new format, well formed, but from another run (other fingerprint) and with other content
+    pack_ids = [p.pack_id for p in inputs.packs]
+    header = {"format": "vlmpack.write_scratch", "version": 1, "fingerprint": "0" * 16, "chunk": 0,
+              "pack_ids": pack_ids, "packs": [{"json": 2, "ids": None, "media": []} for _ in pack_ids]}
+    (out / SCRATCH / "packs-000000.bin").write_bytes(json.dumps(header).encode() + b"\n" + b"{}" * len(pack_ids))
+
+    write.run(inputs.config)
+    assert not ran.exists()
+    assert _hashes(out) == _hashes(clean)  # scratch files gone too, the planted ones included
+
+
+def test_a_rebuild_deletes_only_the_shards_the_marker_lists(tmp_path):
+    inputs = build_inputs(tmp_path)
+    out = inputs.config.packed_wds_dir
+    out.mkdir(parents=True)
+    user_files = {"pretrain-000000.tar.orig": b"the user's backup", "pretrain-notes.txt": b"mine"}
+    for name, data in user_files.items():
+        (out / name).write_bytes(data)
+
+    many = write.run(inputs.with_config(packed_wds={"maxcount": 1}))
+    marker = json.loads((out / ".nv-meta" / write.MARKER_NAME).read_text())
+    assert marker["shards"] == [f"pretrain-{i:06d}.tar" for i in range(many.counts["shards"])]
+    few = write.run(inputs.with_config(packed_wds={"maxcount": 100}))  # other fingerprint: rebuilt
+    assert few.counts["shards"] < many.counts["shards"]
+    names = {p.name for p in out.iterdir() if p.is_file()}
+    shards = {f"pretrain-{i:06d}.tar" for i in range(few.counts["shards"])}
+    assert names == set(user_files) | shards | {f"{s}.idx" for s in shards}
+    assert all((out / name).read_bytes() == data for name, data in user_files.items())
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ({"packed_wds_dir": "src"}, "data.packed_wds_dir .* is the same folder as data.wds_dir"),
+        ({"packed_wds_dir": "src/packed"}, "data.packed_wds_dir .* is inside data.wds_dir"),
+        ({"packed_wds_dir": "."}, "data.packed_wds_dir .* contains data.wds_dir"),
+        ({"packed_wds_dir": "work"}, "data.packed_wds_dir .* is the same folder as data.work_dir"),
+        ({"packed_wds_dir": "work/packed"}, "data.packed_wds_dir .* is inside data.work_dir"),
+        ({"wds_dir": ["src/part-000.tar", "src/part-001.tar"], "packed_wds_dir": "src"}, "contains data.wds_dir"),
+        ({"wds_dir": "src/*.tar", "packed_wds_dir": "src/out"}, "is inside data.wds_dir entry .*src/\\*.tar"),
+        ({"work_dir": "src/work"}, "data.work_dir .* is inside data.wds_dir"),
+    ],
+)
+def test_overlapping_folders_are_refused_before_anything_is_written(tmp_path, layout, message):
+    inputs = build_inputs(tmp_path)
+    data = {key: [str(tmp_path / v) for v in value] if isinstance(value, list) else str(tmp_path / value)
+            for key, value in layout.items()}
+    before = _hashes(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        write.run(inputs.with_config(data=data))
+    assert _hashes(tmp_path) == before
