@@ -1,7 +1,13 @@
-"""Train an HF Qwen2.5-VL / Qwen3-VL on vlmpack packs: a few steps, runnable on CPU with a tiny random model.
+"""Train an HF Qwen2.5-VL / Qwen3-VL on vlmpack packs with a plain PyTorch loop and DataLoader workers.
 
-    python examples/train_qwen_packed.py --packed-wds-dir out/packed --processor-dir proc/ [--family qwen3_vl]
-    python examples/train_qwen_packed.py --demo      # builds a tiny processor dir + 2 packs in a temp folder
+    python examples/train_qwen_packed.py --packed-wds-dir demo_out/packed [--processor-dir /models/proc]
+    python examples/train_qwen_packed.py --demo   # small dataset -> scan, bucket, plan, write -> train, on CPU
+
+The encoder comes from the settings the packed dataset recorded at write time
+(``PackEncoder.from_packed_dir``), so its lengths are the plan's. ``PackDataset``
+reads the train split only, gives every (rank, worker) the same number of packs,
+reshuffles per epoch (``set_epoch``) and resumes mid-epoch (``state_dict(batch)``).
+The model here is a tiny random one of the dataset's family (CPU-sized).
 
 How a pack reaches the model (``PackBatch.model_kwargs``):
 
@@ -23,7 +29,6 @@ from the logits with ``batch.loss_weights`` (``--per-sample-loss``).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
@@ -31,8 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder
-from vlmpack_offline.loader.encoder import EncoderOptions
+from vlmpack_offline.loader import EncoderOptions, PackBatch, PackDataset, PackEncoder
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
 
@@ -46,26 +50,21 @@ def per_sample_loss(logits: torch.Tensor, batch: PackBatch) -> torch.Tensor:
 
 
 def train(
-    packed_wds_dir: Path, processor_dir: Path, *, family: str, steps: int, per_sample: bool, check_lengths: bool = True
+    packed_wds_dir: Path, processor_dir: Path | None, *, steps: int, per_sample: bool, num_workers: int = 2
 ) -> list[float]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     attn = "flash_attention_2" if device == "cuda" and _has_flash_attn() else "sdpa"
-    config = config_from_dict(
-        {
-            "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
-            "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
-        }
-    )
-    encoder = PackEncoder(config, EncoderOptions(
-        check_lengths=check_lengths, loss_weights=per_sample, dummy_image_for_text_packs=True
-    ))
-    dataset = PackDataset(packed_wds_dir, encoder)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)  # one pack per step
+    options = EncoderOptions(loss_weights=per_sample, dummy_image_for_text_packs=True)
+    encoder = PackEncoder.from_packed_dir(packed_wds_dir, processor_dir, options=options)
+    dataset = PackDataset(packed_wds_dir, encoder, split="train", seed=0)  # rank/world from torch.distributed
+    # one pack per step; workers encode packs (pixels included) in parallel, batches pickle
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers, timeout=600)
     torch.manual_seed(0)
-    model = tiny_qwen_vl(family, attn).to(device).train()
+    model = tiny_qwen_vl(encoder.rules.model_type, attn).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
+    losses, epoch, state = [], 0, None
     while len(losses) < steps:
+        dataset.set_epoch(epoch)  # a new shuffle of the packs each epoch, the same on every rank
         for batch in loader:
             batch = batch.to(device)
             out = model(**batch.model_kwargs(attn, with_labels=not per_sample))
@@ -74,9 +73,13 @@ def train(
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())
-            print(f"step {len(losses)}: pack {batch.pack_id} S={batch.seq_len} n={batch.n_segments} loss={loss.item():.4f}")
+            state = dataset.state_dict(batch)  # save with the model checkpoint; load_state_dict resumes here
+            print(f"epoch {epoch} step {len(losses)}: pack {batch.pack_id} S={batch.seq_len} "
+                  f"n={batch.n_segments} loss={loss.item():.4f}")  # fmt: skip
             if len(losses) >= steps:
                 break
+        epoch += 1
+    print(f"data state to checkpoint: {state}")
     return losses
 
 
@@ -86,57 +89,42 @@ def _has_flash_attn() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
-def _demo_data(root: Path) -> tuple[Path, Path]:
-    """A processor dir and two packs (text-only; image + text) written like `vlmpack write` does."""
-    from vlmpack_offline.output.energon_meta import write_dataset_yaml, write_info_json, write_split_yaml
-    from vlmpack_offline.output.tar_writer import ShardTarWriter
-    from vlmpack_offline.packed_format import JSON_PART, pack_key
-    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-    from vlmpack_offline.synthetic.shards import image_bytes
+def _demo_data(root: Path) -> Path:
+    """Generated shards packed by the real stages (scan -> bucket -> plan -> write); returns packed_wds_dir."""
+    from vlmpack_offline.stages import bucket, plan, scan, write
+    from vlmpack_offline.synthetic.demo import write_demo
 
-    processor_dir = build_processor_dir(root / "proc", "qwen2_5_vl")
-    out = root / "packed"
-    out.mkdir()
-
-    def turns(user, answer):
-        return [{"role": "user", "content": user}, {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
-
-    packs = [
-        ([turns([{"type": "text", "text": "Hi"}], "Hello!"), turns([{"type": "text", "text": "2+2?"}], "4.")], {}),
-        ([turns([{"type": "image", "image": "m0000.jpg"}, {"type": "text", "text": "What?"}], "A square.")],
-         {"m0000.jpg": image_bytes(64, 48)}),
-    ]  # fmt: skip
-    writer = ShardTarWriter(out / "pretrain-000000.tar")
-    for pack_id, (subs, media) in enumerate(packs):
-        body = {"format": "vlmpack.pack/1", "pack_id": pack_id, "capacity": 4096, "split": "train",
-                "samples": [{"id": f"demo/{pack_id}/{i}", "token_len": 0, "messages": m} for i, m in enumerate(subs)]}  # fmt: skip
-        writer.add_sample(pack_key(pack_id), [(JSON_PART, json.dumps(body).encode()), *media.items()])
-    writer.finish()
-    write_dataset_yaml(out, "vlmpack_packed")
-    write_split_yaml(out, {"train": ["pretrain-000000.tar"]})
-    write_info_json(out, {"pretrain-000000.tar": len(packs)})
-    return out, processor_dir
+    write_demo(root, n_shards=2, samples_per_shard=16)
+    config = config_from_dict({
+        "data": {"wds_dir": str(root / "data"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
+        "sample": {"max_token_len": 2048},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(root / "processor")}},
+        "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
+        "split": {"val_packs": 1},
+    })  # fmt: skip
+    for stage in (scan, bucket, plan, write):
+        stage.run(config)
+    return config.packed_wds_dir
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--packed-wds-dir", type=Path)
-    parser.add_argument("--processor-dir", type=Path)
-    parser.add_argument("--family", choices=["qwen2_5_vl", "qwen3_vl"], default="qwen2_5_vl")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--packed-wds-dir", type=Path, help="output of `vlmpack write`")
+    parser.add_argument("--processor-dir", type=Path, help="the processor folder on this machine (default: as recorded)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--per-sample-loss", action="store_true")
-    parser.add_argument("--demo", action="store_true", help="make a tiny processor dir and 2 packs, then train")
+    parser.add_argument("--demo", action="store_true", help="pack a small generated dataset, then train on it")
     args = parser.parse_args()
     if args.demo:
         with tempfile.TemporaryDirectory() as tmp:
-            packed, proc = _demo_data(Path(tmp))
-            # the demo packs were not planned by `vlmpack scan` (token_len 0): only here is the check off
-            train(packed, proc, family="qwen2_5_vl", steps=args.steps, per_sample=args.per_sample_loss,
-                  check_lengths=False)  # fmt: skip
+            packed = _demo_data(Path(tmp))
+            train(packed, None, steps=args.steps, per_sample=args.per_sample_loss, num_workers=args.num_workers)
         return
-    if not (args.packed_wds_dir and args.processor_dir):
-        parser.error("give --packed-wds-dir and --processor-dir, or --demo")
-    train(args.packed_wds_dir, args.processor_dir, family=args.family, steps=args.steps, per_sample=args.per_sample_loss)
+    if not args.packed_wds_dir:
+        parser.error("give --packed-wds-dir, or --demo")
+    train(args.packed_wds_dir, args.processor_dir, steps=args.steps, per_sample=args.per_sample_loss,
+          num_workers=args.num_workers)  # fmt: skip
 
 
 if __name__ == "__main__":
