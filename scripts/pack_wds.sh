@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Run the whole offline pipeline on one config, in order, timing each stage:
-#   scan -> bucket -> plan -> write -> verify
+#   scan -> bucket -> plan -> write -> verify -> stats
 # Stops at the first failing stage (its exit code is returned) and prints a timing table.
 #
 #   bash scripts/pack_wds.sh [config.yaml] [--set section.key=value ...]
+#
+# The command it runs, first found of:
+#   $VLMPACK                        e.g. VLMPACK="uv run vlmpack"
+#   $PYTHON -m vlmpack_offline      e.g. PYTHON=.venv/bin/python
+#   vlmpack                         the console script, when on PATH
+#   python3 -m vlmpack_offline      when python3 can import the package
 #
 # Every stage is resumable and a finished stage is a no-op, so rerunning after a
 # failure or a crash continues where it stopped.
@@ -11,15 +17,25 @@ set -euo pipefail
 
 CONFIG="${1:-configs/demo.yaml}"
 shift || true
-VLMPACK="${VLMPACK:-vlmpack}"
-STAGES=(scan bucket plan write verify)
+STAGES=(scan bucket plan write verify stats)
 
 if [[ ! -f "$CONFIG" ]]; then
     echo "pack_wds.sh: config file not found: $CONFIG" >&2
     exit 2
 fi
-if ! command -v "$VLMPACK" >/dev/null 2>&1; then
-    echo "pack_wds.sh: '$VLMPACK' not on PATH: activate the venv (source .venv/bin/activate) or set VLMPACK" >&2
+
+if [[ -n "${VLMPACK:-}" ]]; then
+    read -r -a RUN <<< "$VLMPACK"
+elif [[ -n "${PYTHON:-}" ]]; then
+    RUN=("$PYTHON" -m vlmpack_offline)
+elif command -v vlmpack >/dev/null 2>&1; then
+    RUN=(vlmpack)
+else
+    RUN=(python3 -m vlmpack_offline)
+fi
+if ! "${RUN[@]}" --version >/dev/null 2>&1; then
+    echo "pack_wds.sh: cannot run '${RUN[*]}': install vlmpack (pip install -e .), activate its venv" \
+        "(source .venv/bin/activate), or set PYTHON=/path/to/venv/bin/python" >&2
     exit 2
 fi
 
@@ -37,10 +53,10 @@ print_table() {
 }
 
 for stage in "${STAGES[@]}"; do
-    echo "== vlmpack $stage --config $CONFIG $*"
+    echo "== ${RUN[*]} $stage --config $CONFIG $*"
     start=$(date +%s.%N)
     status=0
-    "$VLMPACK" "$stage" --config "$CONFIG" "$@" || status=$?
+    "${RUN[@]}" "$stage" --config "$CONFIG" "$@" || status=$?
     end=$(date +%s.%N)
     NAMES+=("$stage")
     SECONDS_TAKEN+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')")

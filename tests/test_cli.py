@@ -10,11 +10,17 @@ from vlmpack_offline.cli import cli
 COMMANDS = sorted(cli.commands)
 
 
-def test_group_help_lists_the_stages():
+def test_group_help_lists_every_command_with_its_whole_description():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for name in COMMANDS:
-        assert name in result.output
+    commands = result.output.split("Commands:")[1]
+    flat = " ".join(commands.split())
+    for name, command in cli.commands.items():
+        first_paragraph = " ".join(command.help.split("\n\n")[0].split())
+        assert f"{name} {first_paragraph}" in flat, f"`vlmpack --help` cuts or misses `{name}`"
+        assert f"vlmpack {name} " in result.output  # the pipeline diagram names every stage
+    listed = [line.split()[0] for line in commands.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert listed == ["scan", "bucket", "plan", "write", "verify", "stats"]  # pipeline order
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -17,7 +17,17 @@ from .errors import VlmpackError
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _PipelineGroup(click.Group):
+    """Lists the commands in pipeline order (click sorts them by name)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(
+    cls=_PipelineGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
+)
 @click.version_option(__version__, prog_name="vlmpack")
 def cli() -> None:
     """Pack vision-language WebDataset shards into exact-length packs, offline.
@@ -29,23 +39,28 @@ def cli() -> None:
       vlmpack bucket --config C   manifest  -> work_dir/bins/
       vlmpack plan   --config C   bins      -> work_dir/pack_plan.jsonl
       vlmpack write  --config C   plan      -> packed_wds_dir/pretrain-*.tar
+      vlmpack verify --config C   output    -> checks against manifest and plan
+      vlmpack stats  --config C   plan      -> work_dir/stats.json, stats.png
     """
 
 
-# One module per subcommand under vlmpack_offline/commands/, each exposing `command`.
+# One module per subcommand under vlmpack_offline/commands/, each exposing `command`; pipeline order.
 _COMMANDS: tuple[str, ...] = (
     "scan",
     "bucket",
     "plan",
-    "stats",
     "write",
     "verify",
+    "stats",
 )
 
 
 def _register() -> None:
     for name in _COMMANDS:
-        cli.add_command(importlib.import_module(f".commands.{name}", __package__).command)
+        command = importlib.import_module(f".commands.{name}", __package__).command
+        if not command.short_help and command.help:  # the whole first paragraph, not click's 45 characters
+            command.short_help = " ".join(command.help.split("\n\n")[0].split())
+        cli.add_command(command)
 
 
 _register()

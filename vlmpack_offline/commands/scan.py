@@ -11,12 +11,21 @@ __all__ = ["command"]
 
 @click.command("scan")
 @config_options
-def command(config_path: str, overrides: tuple[str, ...]) -> None:
+@click.option(
+    "--limit-shards",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Dry run: scan only the first N shards (sorted by path) to try the config. They are kept in the "
+    "manifest, which stays unfinished (bucket refuses it) until a run without --limit-shards scans the rest.",
+)
+def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | None) -> None:
     """Count exact tokens of every sample of the WebDataset shards into work_dir/manifest.sqlite.
 
     Runs process.workers processes over shards, commits per shard and resumes after a crash:
     rerun the same command. Bad samples are recorded with a drop reason, never skipped silently.
+    A setup error (processor folder, model_type, a worker that cannot start) stops it at once (exit 2).
     """
     from ..stages import scan
 
-    finish(scan.run(load_from_options(config_path, overrides)))
+    finish(scan.run(load_from_options(config_path, overrides), limit_shards=limit_shards))

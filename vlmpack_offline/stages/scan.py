@@ -19,9 +19,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
-import multiprocessing
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -30,9 +28,11 @@ from tqdm import tqdm
 from ..artifacts import atomic_open, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, ShardError, StaleArtifactError
+from ..executor import process_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..stage_result import StageResult
-from ._scan_shard import ShardScanner, ShardTask, init_worker, scan_in_worker
+from ..tokens.rules import load_model_rules
+from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
 __all__ = ["run", "discover_shards", "scan_inputs_fingerprint", "manifest_jsonl_path"]
 
@@ -103,11 +103,20 @@ def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Ma
     path = manifest_path(config.work_dir)
     manifest = Manifest(path)
     recorded = manifest.get_meta("scan_inputs")
+    if recorded is not None and recorded != inputs_fp and not manifest.done_shards():
+        # a scan that stopped before its first shard (a worker could not start...): start over
+        recorded = None
     if recorded is not None and recorded != inputs_fp:
+        before = manifest.get_meta("processor")
         manifest.close()
+        what = (
+            f"the processor folder changed from {before} to {config.model.processor_path}"
+            if before and before != config.model.processor_path
+            else "config data/sample/model/video or the processor folder's files changed"
+        )
         raise StaleArtifactError(
-            f"{path} was built from other inputs (config data/sample/model/video or processor files changed: "
-            f"{recorded} != {inputs_fp}). Delete {config.work_dir} or set data.work_dir to a new folder."
+            f"{path} was built from other inputs ({what}: {recorded} != {inputs_fp}). "
+            f"Delete {config.work_dir} or set data.work_dir to a new folder."
         )
     names = {t.shard for t in tasks}
     gone = sorted(s for s in manifest.done_shards() if s not in names)
@@ -129,17 +138,21 @@ def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Ma
 
 
 def _outcomes(config: Config, tasks: list[ShardTask]):
-    """Yield one ShardOutcome per task; in-process for one worker, else a process pool."""
+    """Yield one ShardOutcome per task, as they finish: in this process for one worker, else a pool.
+
+    A worker that cannot start (processor folder, tokenizer, a missing package) ends the
+    scan with its one-line error, whatever process.workers is (``executor.process_map``).
+    """
     workers = min(config.process.workers, len(tasks))
-    if workers <= 1:
-        scanner = ShardScanner(config)
-        for task in tasks:
-            yield scanner.scan(task)
-        return
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    context = multiprocessing.get_context(method)
-    with context.Pool(workers, initializer=init_worker, initargs=(config,)) as pool:
-        yield from pool.imap_unordered(scan_in_worker, tasks)
+    yield from process_map(
+        scan_in_worker,
+        tasks,
+        workers=workers,
+        initializer=init_worker,
+        initargs=(config,),
+        ordered=False,
+        stage="scan",
+    )
 
 
 def _write_jsonl(manifest: Manifest, path: Path) -> None:
@@ -178,24 +191,40 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
         "dropped by reason: " + (", ".join(f"{r} {n}" for r, n in sorted(status.items())) or "none"),
         f"tokens in ok samples: {tokens} ({media} visual)",
         f"shards: {counts['shards']} ({counts['shards_scanned']} scanned now, "
-        f"{counts['shards'] - counts['shards_scanned']} already done)",
+        f"{counts['shards'] - counts['shards_scanned'] - counts['shards_left']} already done"
+        + (f", {counts['shards_left']} not scanned yet)" if counts["shards_left"] else ")"),
     ]
+    if counts["shards_left"]:
+        lines.append(
+            "unfinished (--limit-shards): rerun without it to scan the rest; the shards done now are kept"
+        )
     if counts["shards_scanned"] and seconds > 0:
         lines.append(f"time: {seconds:.1f}s, {counts['samples_scanned'] / seconds:.0f} samples/s")
     return lines, counts
 
 
-def run(config: Config) -> StageResult:
-    """Scan every shard not yet in the manifest; a finished, unchanged scan is a no-op."""
+def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
+    """Scan every shard not yet in the manifest; a finished, unchanged scan is a no-op.
+
+    ``limit_shards``: a trial on the first N shards (sorted by path). They are kept in the
+    manifest, which stays unfinished (later stages refuse it) until a run without the limit
+    scans the rest.
+    """
     start = time.perf_counter()
+    if limit_shards is not None and limit_shards < 1:
+        raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
+    load_model_rules(config.model)  # a wrong processor path or model_type, said before anything is opened
     tasks = discover_shards(config.data.wds_dir)
+    selected = tasks[:limit_shards] if limit_shards else tasks
     inputs_fp = scan_inputs_fingerprint(config)
     jsonl = manifest_jsonl_path(config)
     with _open_manifest(config, inputs_fp, tasks) as manifest:
-        pending = _pending(tasks, manifest)
+        pending = _pending(selected, manifest)
         if not pending and manifest.get_meta("fingerprint") and jsonl.exists():
             lines, counts = _summary(
-                manifest, {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0}, 0
+                manifest,
+                {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
+                0,
             )
             return StageResult(stage="scan", skipped=True, summary=lines, counts=counts)
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
@@ -210,9 +239,16 @@ def run(config: Config) -> StageResult:
                     samples=scanned, samples_per_s=f"{scanned / max(bar.format_dict['elapsed'], 1e-9):.0f}"
                 )
         _write_jsonl(manifest, jsonl)
-        shard_rows = [(s.shard, s.size, s.mtime_ns, s.n_samples, s.status) for s in manifest.shards()]
-        manifest.set_meta({"fingerprint": fingerprint({"inputs": inputs_fp, "shards": shard_rows})})
+        left = len(_pending(tasks, manifest))
+        if not left:
+            shard_rows = [(s.shard, s.size, s.mtime_ns, s.n_samples, s.status) for s in manifest.shards()]
+            manifest.set_meta({"fingerprint": fingerprint({"inputs": inputs_fp, "shards": shard_rows})})
         seconds = time.perf_counter() - start
-        base = {"shards": len(tasks), "shards_scanned": len(pending), "samples_scanned": scanned}
+        base = {
+            "shards": len(tasks),
+            "shards_scanned": len(pending),
+            "samples_scanned": scanned,
+            "shards_left": left,
+        }
         lines, counts = _summary(manifest, base, seconds)
     return StageResult(stage="scan", summary=lines, counts=counts, seconds=seconds)

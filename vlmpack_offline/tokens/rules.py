@@ -5,16 +5,25 @@
     preprocessor_config.json   patch_size, merge_size, temporal_patch_size,
                                min_pixels / max_pixels (Qwen2/2.5-VL) or
                                size.shortest_edge / size.longest_edge (Qwen3-VL)
-    config.json                model_type (unless model.model_type is set)
+    config.json                model_type (unless model.model_type is set; when set, it must agree)
+    *_config.json              processor_class (must agree with an explicit model.model_type)
     model.processor_kwargs     min_pixels / max_pixels / size override the directory's,
                                as they would in ``from_pretrained``
 
 For the Qwen-VL families (``FAST_FAMILIES``) tokens are computed from sizes; any
 other family is counted by running its HF processor (the slow path).
+
+``model.model_type`` is checked before anything is loaded: a name neither family list
+nor transformers knows is refused with the supported names (and the closest ones), and
+a name that contradicts the folder (``qwen3_vl`` on a Qwen2.5-VL folder) is refused
+naming both, since it would silently count with the wrong rules. A custom model type
+is accepted when the folder's own ``config.json`` declares it (remote-code models).
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -23,13 +32,15 @@ from pathlib import Path
 from ..config import ModelConfig
 from ..errors import ConfigError
 
-__all__ = ["FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules"]
+__all__ = ["FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules", "known_model_types"]
 
 log = logging.getLogger(__name__)
 
 # Families whose processor expands <|image_pad|>/<|video_pad|> by the smart_resize grid.
 QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 FAST_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | QWEN3_FAMILIES
+# Files of a processor folder that may name its processor class ("processor_class").
+_PROCESSOR_CLASS_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,16 +79,94 @@ def _read_json(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
 
 
+@functools.cache
+def _hf_names() -> tuple[frozenset[str], frozenset[str], dict[str, str]]:
+    """(every transformers model_type, its vision-language ones, model_type -> processor class)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    return (
+        frozenset(CONFIG_MAPPING_NAMES),
+        frozenset(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
+        dict(PROCESSOR_MAPPING_NAMES),
+    )
+
+
+def known_model_types() -> frozenset[str]:
+    """Every ``model.model_type`` accepted without a folder that declares it: fast families + transformers'."""
+    return FAST_FAMILIES | _hf_names()[0]
+
+
+def _missing_folder(path: Path) -> ConfigError:
+    where = f"model.processor_kwargs.pretrained_model_name_or_path = {str(path)!r}"
+    if path.exists():
+        return ConfigError(f"{where} is a file, not a directory: point it at the processor/tokenizer folder")
+    text = str(path)
+    if text.count("/") == 1 and not text.startswith(
+        (".", "/", "~")
+    ):  # looks like a hub id, e.g. Qwen/Qwen2.5-VL-7B
+        return ConfigError(
+            f"{where} does not exist: vlmpack reads processors offline from a local folder; download it first "
+            f"(huggingface-cli download {text} --local-dir DIR) and point the key at DIR"
+        )
+    return ConfigError(f"{where} does not exist: point it at a local processor/tokenizer folder")
+
+
+def _unknown_model_type(model_type: str, path: Path, folder_type: str | None) -> ConfigError:
+    every, vision, _ = _hf_names()
+    close = difflib.get_close_matches(model_type, sorted(every | FAST_FAMILIES), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    if folder_type:
+        hint += f"; the processor folder's config.json says {folder_type!r}"
+    return ConfigError(
+        f"model.model_type = {model_type!r} is not a model type vlmpack or transformers knows{hint}. "
+        f"Counted from sizes (fast): {', '.join(sorted(FAST_FAMILIES))}. "
+        f"Counted by running the HF processor (slow): any of the {len(every)} transformers model types, "
+        f"vision-language ones: {', '.join(sorted(vision - FAST_FAMILIES))}. "
+        f"Or leave model.model_type unset to read it from {path}/config.json"
+    )
+
+
+def _processor_class(path: Path) -> tuple[str, str] | None:
+    """(processor class, file naming it) from the folder, or None."""
+    for name in _PROCESSOR_CLASS_FILES:
+        value = _read_json(path / name).get("processor_class")
+        if isinstance(value, str) and value:
+            return value, name
+    return None
+
+
+def _check_model_type(model_type: str, path: Path, folder_type: str | None) -> None:
+    """Refuse an explicit ``model.model_type`` that is unknown or that the folder contradicts."""
+    if folder_type != model_type and model_type not in known_model_types():
+        raise _unknown_model_type(model_type, path, folder_type)
+    if folder_type and folder_type != model_type:
+        raise ConfigError(
+            f"model.model_type = {model_type!r} contradicts the processor folder: {path}/config.json has "
+            f"model_type {folder_type!r}. Remove model.model_type to use the folder's, or point "
+            f"pretrained_model_name_or_path at a {model_type} processor folder"
+        )
+    found = _processor_class(path)
+    expected = _hf_names()[2].get(model_type)
+    if found and expected and found[0] != expected:
+        raise ConfigError(
+            f"model.model_type = {model_type!r} contradicts the processor folder: {path}/{found[1]} has "
+            f"processor_class {found[0]!r}, a {model_type} folder has {expected!r}. Remove model.model_type "
+            f"to use the folder's, or point pretrained_model_name_or_path at a {model_type} processor folder"
+        )
+
+
 def load_model_rules(model: ModelConfig) -> ModelRules:
     """Read the rules for ``model`` (see module doc); raises ``ConfigError`` naming what is missing."""
     path = Path(model.processor_path)
     if not path.is_dir():
-        raise ConfigError(
-            f"model.processor_kwargs.pretrained_model_name_or_path = {str(path)!r} is not a directory: "
-            "point it at a local processor/tokenizer folder"
-        )
+        raise _missing_folder(path)
     text_only = model.processor_loader == "auto_tokenizer"
-    model_type = model.model_type or _read_json(path / "config.json").get("model_type")
+    folder_type = _read_json(path / "config.json").get("model_type")
+    if model.model_type:
+        _check_model_type(model.model_type, path, folder_type)
+    model_type = model.model_type or folder_type
     if not model_type:
         if text_only:
             model_type = "text"
