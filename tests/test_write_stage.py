@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _packed_fixture import build_inputs
+from click.testing import CliRunner
+from megatron.energon.cli.main import main as energon_cli
 
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.errors import LengthMismatchError, ShardError, StaleArtifactError
@@ -266,3 +268,15 @@ def test_verify_fails_on_a_wrong_idx(tmp_path):
     result = verify.run(inputs.config)
     assert result.exit_code != 0
     assert any("pretrain-000000.tar.idx" in line for line in result.summary)
+
+
+def test_energon_info_summarizes_our_output(tmp_path):
+    """`energon info` reads dataset.yaml's `sample_type` (it raised KeyError on a plain crude dataset.yaml)."""
+    inputs = build_inputs(tmp_path, packed_wds={"maxcount": 2})
+    write.run(inputs.config)
+    result = CliRunner().invoke(energon_cli, ["info", str(inputs.config.packed_wds_dir)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    n_val = sum(p.split == "val" for p in inputs.packs)
+    assert f"({len(inputs.packs)} samples," in result.output
+    assert "CrudeSample" in result.output
+    assert f"`val`: {100 * n_val / len(inputs.packs):.0f}%, {n_val} samples" in result.output

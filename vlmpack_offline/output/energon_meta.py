@@ -5,7 +5,9 @@
     packed_wds_dir/
       pretrain-000000.tar  (+ .tar.idx, written with the tar)
       .nv-meta/
-        dataset.yaml   __module__: megatron.energon / __class__: CrudeWebdataset
+        dataset.yaml   __module__: vlmpack_offline.output.energon_dataset
+                       __class__: PackedCrudeWebdataset   (energon's CrudeWebdataset + sample_type, below)
+                       sample_type: {__module__: megatron.energon, __class__: CrudeSample}  (for `energon info`)
                        subflavors: {sample_type: <sample.sample_type>}
         split.yaml     split_parts: {train: [pretrain-000000.tar, ...], val: [...]}; exclude: []
         .info.json     {"shard_counts": {"pretrain-000000.tar": 812, ...}}
@@ -44,7 +46,14 @@ META_DIR = ".nv-meta"
 
 
 def write_dataset_yaml(out_dir: Path, sample_type: str) -> None:
-    body = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset", "subflavors": {"sample_type": sample_type}}
+    """``sample_type`` is energon's sample class, read by ``energon info`` (see ``energon_dataset.py``);
+    the subflavor ``sample_type`` (``sample.sample_type``) picks the cooker."""
+    body = {
+        "__module__": "vlmpack_offline.output.energon_dataset",
+        "__class__": "PackedCrudeWebdataset",
+        "sample_type": {"__module__": "megatron.energon", "__class__": "CrudeSample"},
+        "subflavors": {"sample_type": sample_type},
+    }
     atomic_write_text(out_dir / META_DIR / "dataset.yaml", yaml.safe_dump(body, sort_keys=False))
 
 
