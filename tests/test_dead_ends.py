@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from vlmpack_offline.cli import cli
 from vlmpack_offline.errors import ConfigError, StaleArtifactError
+from vlmpack_offline.executor import WorkerDiedError, WorkerStartError, process_map
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.synthetic.shards import generate_dataset
 from vlmpack_offline.tokens import FAST_FAMILIES, load_model_rules
@@ -168,3 +169,40 @@ def test_pack_wds_runs_without_vlmpack_on_path_and_ends_with_stats(tmp_path, qwe
         assert f"-m vlmpack_offline {stage} --config" in done.stdout
     assert "fill ratio" in done.stdout and (tmp_path / "work" / "stats.json").is_file()
     assert done.stdout.rstrip().splitlines()[-2].split()[0] == "stats"  # timing table: stats ran last
+
+
+def _setup_that_fails(reason: str) -> None:
+    raise ImportError(f"{reason}\n(second line of a long message)")
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _die(_x: int) -> int:
+    os._exit(9)  # like the OOM killer: no exception, no result
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_setup_failure_is_one_line_exit_2_for_any_number_of_workers(workers):
+    with pytest.raises(WorkerStartError) as caught:
+        list(
+            process_map(
+                _square,
+                range(8),
+                workers=workers,
+                initializer=_setup_that_fails,
+                initargs=("no torchvision",),
+            )
+        )
+    assert str(caught.value) == (
+        "a worker process could not start: ImportError: no torchvision (second line of a long message)"
+    )
+    assert caught.value.exit_code == 2
+
+
+def test_pool_results_keep_item_order_and_a_killed_worker_ends_the_stage():
+    assert list(process_map(_square, range(10), workers=2)) == [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]
+    assert sorted(process_map(_square, range(5), workers=2, ordered=False)) == [0, 1, 4, 9, 16]
+    with pytest.raises(WorkerDiedError, match="worker process died"):
+        list(process_map(_die, range(4), workers=2, stage="write"))
