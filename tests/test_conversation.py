@@ -115,3 +115,64 @@ def test_unusable_json_raises_with_its_drop_reason(raw, parts, reason):
         parse_conversation(raw, key="k", parts=parts)
     assert info.value.reason == reason
     assert str(info.value)
+
+
+# -- layouts other tools write -------------------------------------------------------------------
+
+
+def _parse(data: dict, parts: tuple[str, ...], key: str = "k"):
+    return parse_conversation(json.dumps(data), key=key, parts=("json", *parts))
+
+
+def test_llama_factory_messages_with_tags_in_string_content_take_the_images_list():
+    data = {
+        "messages": [{"role": "user", "content": "<image>Compare with <image>, please."},
+                     {"role": "assistant", "content": "The first is larger."}],
+        "images": ["b.jpg", "a.png"],
+    }  # fmt: skip
+    conv = _parse(data, ("a.png", "b.jpg"))
+    assert conv.messages[0]["content"] == [
+        {"type": "image", "image": "b.jpg"},
+        {"type": "text", "text": "Compare with "},
+        {"type": "image", "image": "a.png"},
+        {"type": "text", "text": ", please."},
+    ]
+    assert [m.part for m in conv.media] == ["b.jpg", "a.png"]
+
+
+def test_string_content_without_media_keeps_a_literal_tag_as_text():
+    conv = _parse({"messages": [{"role": "user", "content": "What does <image> mean in HTML?"},
+                                {"role": "assistant", "content": "Nothing."}]}, ())  # fmt: skip
+    assert conv.media == () and conv.messages[0]["content"][0]["text"] == "What does <image> mean in HTML?"
+
+
+def test_llava_original_paths_resolve_by_basename_then_by_position():
+    turns = [{"from": "human", "value": "<image>\nWhat is it?"}, {"from": "gpt", "value": "A bus."}]
+    by_name = _parse({"conversations": turns, "image": "coco/train2017/000000123.jpg"}, ("000000123.jpg",))
+    assert [m.part for m in by_name.media] == ["000000123.jpg"]
+    by_position = _parse({"conversations": turns, "image": "coco/train2017/000000123.jpg"}, ("jpg",))
+    assert [m.part for m in by_position.media] == ["jpg"]
+    prefixed = _parse({"conversations": turns, "images": ["sub/k9.img0.jpg"]}, ("img0.jpg",), key="sub/k9")
+    assert [m.part for m in prefixed.media] == ["img0.jpg"]
+
+
+@pytest.mark.parametrize(
+    ("data", "parts", "reason", "counts"),
+    [
+        ({"messages": [{"role": "user", "content": "<image> only one tag"}, {"role": "assistant", "content": "x"}],
+          "images": ["a.jpg", "b.jpg"]}, ("a.jpg", "b.jpg"), "media_mismatch", ("1 <image> tags", "lists 2")),
+        ({"conversations": [{"from": "human", "value": "<image> one tag"}, {"from": "gpt", "value": "x"}]},
+         ("a.jpg", "b.jpg"), "media_mismatch", ("1 <image> tags", "has 2 image parts")),
+        ({"messages": [{"role": "user", "content": "<image><image>"}, {"role": "assistant", "content": "x"}],
+          "images": ["a.jpg"]}, ("a.jpg",), "missing_media", ("more <image> tags", "(1)")),
+        ({"conversations": [{"from": "human", "value": "<image>"}, {"from": "gpt", "value": "x"}], "images": 5},
+         ("a.jpg",), "unknown_format", ("`images` must be",)),
+    ],
+    ids=["fewer_tags_than_list", "fewer_tags_than_parts", "more_tags_than_list", "list_not_a_list"],
+)
+def test_tags_and_media_that_disagree_drop_the_sample_naming_both_counts(data, parts, reason, counts):
+    with pytest.raises(ConversationError) as info:
+        _parse(data, parts)
+    assert info.value.reason == reason
+    for text in counts:
+        assert text in str(info.value)

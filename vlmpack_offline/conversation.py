@@ -15,11 +15,26 @@ Accepted layouts (DESIGN.md, Input):
 * HF messages: ``{"messages": [{"role", "content": str | [items]}]}``, items
   ``{"type": "text"|"image"|"video", ...}``; an image/video item names its part
   (``"image": "img0.jpg"``) or leaves it empty to take the next part by extension.
-* ShareGPT / LLaVA: ``{"conversations": [{"from": "human"|"gpt"|"system", "value"}],
-  "images": [...], "videos": [...]}``; each ``<image>``/``<video>`` tag is a media
-  item at its position, the text between tags is kept verbatim.
+* LLaMA-Factory / ms-swift: HF messages whose string content holds ``<image>`` /
+  ``<video>`` tags, plus ``"images": [...]`` / ``"videos": [...]``.
+* ShareGPT / LLaVA / ShareGPT-4o: ``{"conversations": [{"from": "human"|"gpt"|"system",
+  "value"}], "images": [...], "videos": [...]}`` (LLaVA: ``"image": str | [...]``).
 * ``texts`` layout (``data.template_text_key``, e.g. ``texts``): a list of turns
   ``{"system": str}`` / ``{"user": str, "assistant": str}``, tags and media lists as ShareGPT.
+
+Tags: each ``<image>``/``<video>`` tag is a media item at its position, the text
+between tags is kept verbatim. String content of ``messages`` is read for tags when
+the JSON has a media list or the sample has media parts; otherwise it is plain text.
+The tags of a kind and its media must agree in number: more tags than media drops
+the sample as ``missing_media``, fewer as ``media_mismatch``, each naming both counts
+(with no list in the JSON, the media are the sample's parts of that kind).
+
+A media list entry names a part of the sample, resolved in this order: the part
+name itself (``img0.jpg``), the name less the sample key (``k1.img0.jpg``), its
+basename (LLaVA keeps original paths such as ``coco/train2017/x.jpg``; the tar
+writer often kept ``x.jpg``), and, when none matches and the list has as many
+entries as the sample has parts of that kind, the part at the same position in
+member order (a converter that renamed every file to ``jpg``).
 
 Content is always a list; media names are part names of the source sample
 (``img0.jpg`` for member ``key.img0.jpg``).
@@ -100,13 +115,28 @@ class _PartPool:
         self._next = {"image": 0, "video": 0}
         self._by_kind: dict[str, list[str]] | None = None  # built on the first unnamed item (most samples name theirs)
 
+    def of_kind(self, kind: str) -> list[str]:
+        """The sample's parts of ``kind``, in member order."""
+        if self._by_kind is None:
+            self._by_kind = {k: [p for p in self._parts if media_kind_of_part(p) == k] for k in ("image", "video")}
+        return self._by_kind[kind]
+
+    def resolve_listed(self, kind: str, name: Any, index: int, total: int) -> MediaRef:
+        """Entry ``index`` of a media list of ``total`` entries (see the module doc for the rule)."""
+        if isinstance(name, str) and name:
+            base = name.rsplit("/", 1)[-1]
+            for candidate in (name, base):
+                part = candidate[len(self._prefix) :] if candidate.startswith(self._prefix) else candidate
+                if part in self._parts:
+                    return MediaRef(kind=kind, part=part)
+            same_kind = self.of_kind(kind)
+            if total == len(same_kind):
+                return MediaRef(kind=kind, part=same_kind[index])
+        return self.resolve(kind, name)
+
     def resolve(self, kind: str, name: Any) -> MediaRef:
         if name in (None, ""):
-            if self._by_kind is None:
-                self._by_kind = {
-                    kind: [p for p in self._parts if media_kind_of_part(p) == kind] for kind in ("image", "video")
-                }
-            queue = self._by_kind[kind]
+            queue = self.of_kind(kind)
             index = self._next[kind]
             if index >= len(queue):
                 raise ConversationError(
@@ -137,13 +167,17 @@ def parse_conversation(
     if not isinstance(data, dict):
         raise ConversationError("unknown_format", f"sample JSON must be an object, got {type(data).__name__}")
     pool = _PartPool(key, parts)
+    tags = _TaggedMedia(data, pool)
     if "messages" in data:
-        messages = _from_messages(data["messages"], pool)
+        messages = _from_messages(data["messages"], pool, tags if tags.active else None)
+        n_media = sum(item["type"] in ("image", "video") for m in messages for item in m["content"])
+        if n_media == sum(tags.used.values()):  # all media came from tags (no typed items beside them)
+            tags.check_counts()
     elif "conversations" in data:
         turns = [(_role(t.get("from") if isinstance(t, dict) else None), _value(t)) for t in _list(data["conversations"])]
-        messages = _from_tagged_turns(turns, data, pool)
+        messages = _from_tagged_turns(turns, tags)
     elif template_text_key and template_text_key in data:
-        messages = _from_tagged_turns(_texts_turns(data[template_text_key]), data, pool)
+        messages = _from_tagged_turns(_texts_turns(data[template_text_key]), tags)
     else:
         known = ["messages", "conversations"] + ([template_text_key] if template_text_key else [])
         raise ConversationError("unknown_format", f"no known conversation key (looked for {', '.join(known)})")
@@ -179,7 +213,7 @@ def _value(turn: Any) -> str:
     return turn["value"]
 
 
-def _from_messages(raw: Any, pool: _PartPool) -> list[dict]:
+def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list[dict]:
     messages = []
     for message in _list(raw):
         if not isinstance(message, dict):
@@ -187,7 +221,7 @@ def _from_messages(raw: Any, pool: _PartPool) -> list[dict]:
         role = _role(message.get("role"))
         content = message.get("content")
         if isinstance(content, str):
-            items = [{"type": "text", "text": content}]
+            items = tags.items(content) if tags is not None else [{"type": "text", "text": content}]
         elif isinstance(content, list):
             items = [_item(entry, pool) for entry in content]
         else:
@@ -223,28 +257,64 @@ def _texts_turns(raw: Any) -> list[tuple[str, str]]:
     return turns
 
 
-def _from_tagged_turns(turns: list[tuple[str, str]], data: dict, pool: _PartPool) -> list[dict]:
-    named = {kind: list(data.get(f"{kind}s") or []) for kind in ("image", "video")}
-    for kind, names in named.items():
-        if not isinstance(names, list):
-            raise ConversationError("unknown_format", f"`{kind}s` must be a list of part names")
-    used = {"image": 0, "video": 0}
-    messages = []
-    for role, text in turns:
+class _TaggedMedia:
+    """Media items for ``<image>``/``<video>`` tags: the JSON's media lists, else the parts by extension."""
+
+    def __init__(self, data: dict, pool: _PartPool) -> None:
+        self.pool = pool
+        self.listed = {kind: _media_list(data, kind) for kind in ("image", "video")}  # None: the JSON lists none
+        self.used = {"image": 0, "video": 0}
+
+    @property
+    def active(self) -> bool:
+        """Whether string content is read for tags (a media list, or media parts to take)."""
+        return any(v is not None for v in self.listed.values()) or any(self.pool.of_kind(k) for k in self.used)
+
+    def items(self, text: str) -> list[dict]:
         items: list[dict] = []
         for piece in _TAG.split(text):
             if piece in ("<image>", "<video>"):
                 kind = piece[1:-1]
-                names = named[kind]
-                name = names[used[kind]] if used[kind] < len(names) else None
-                if names and name is None:
-                    raise ConversationError(
-                        "missing_media", f"text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
-                    )
-                used[kind] += 1
-                ref = pool.resolve(kind, name)
-                items.append({"type": kind, kind: ref.part})
+                items.append({"type": kind, kind: self._next(kind).part})
             elif piece:
                 items.append({"type": "text", "text": piece})
-        messages.append({"role": role, "content": items})
+        return items
+
+    def _next(self, kind: str) -> MediaRef:
+        index, names = self.used[kind], self.listed[kind]
+        self.used[kind] += 1
+        if names is None:
+            return self.pool.resolve(kind, None)
+        if index >= len(names):
+            raise ConversationError(
+                "missing_media", f"the text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
+            )
+        return self.pool.resolve_listed(kind, names[index], index, len(names))
+
+    def check_counts(self) -> None:
+        """Every listed (or, with no list, every available) medium of a tagged kind was used."""
+        for kind, used in self.used.items():
+            names = self.listed[kind]
+            available = len(names) if names is not None else (len(self.pool.of_kind(kind)) if used else 0)
+            if used < available:
+                source = f"`{kind}s` lists {available}" if names is not None else f"the sample has {available} {kind} parts"
+                raise ConversationError("media_mismatch", f"the text has {used} <{kind}> tags but {source}")
+
+
+def _media_list(data: dict, kind: str) -> list | None:
+    """``images`` / ``videos`` (or LLaVA's ``image`` / ``video``: a string or a list) as a list, or None."""
+    for name in (f"{kind}s", kind):
+        if name in data and data[name] is not None:
+            value = data[name]
+            if isinstance(value, str):
+                return [value]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return value
+            raise ConversationError("unknown_format", f"`{name}` must be a part name or a list of part names")
+    return None
+
+
+def _from_tagged_turns(turns: list[tuple[str, str]], tags: _TaggedMedia) -> list[dict]:
+    messages = [{"role": role, "content": tags.items(text)} for role, text in turns]
+    tags.check_counts()
     return messages
