@@ -65,7 +65,7 @@ def test_a_rebuild_deletes_only_the_shards_the_marker_lists(tmp_path):
 
     many = write.run(inputs.with_config(packed_wds={"maxcount": 1}))
     marker = json.loads((out / ".nv-meta" / write.MARKER_NAME).read_text())
-    assert marker["shards"] == [f"pretrain-{i:06d}.tar" for i in range(many.counts["shards"])]
+    assert marker["shards"] == many.counts["shards"]  # pretrain-000000.tar .. pretrain-{n-1}
     few = write.run(inputs.with_config(packed_wds={"maxcount": 100}))  # other fingerprint: rebuilt
     assert few.counts["shards"] < many.counts["shards"]
     names = {p.name for p in out.iterdir() if p.is_file()}
@@ -95,3 +95,18 @@ def test_overlapping_folders_are_refused_before_anything_is_written(tmp_path, la
     with pytest.raises(ConfigError, match=message):
         write.run(inputs.with_config(data=data))
     assert _hashes(tmp_path) == before
+
+
+def test_a_marker_from_before_the_shard_count_clears_only_files_named_as_our_shards(tmp_path):
+    inputs = build_inputs(tmp_path)
+    out = inputs.config.packed_wds_dir
+    reference = tmp_path / "reference"
+    write.run(inputs.with_config(data={"packed_wds_dir": str(reference)}))
+    write.run(inputs.with_config(packed_wds={"maxcount": 1}))
+    marker = out / ".nv-meta" / write.MARKER_NAME
+    marker.write_text(json.dumps({"fingerprint": "old", "complete": True}))  # an older vlmpack's marker
+    (out / "pretrain-000001.tar.orig").write_bytes(b"keep")
+    write.run(inputs.config)
+    assert (out / "pretrain-000001.tar.orig").read_bytes() == b"keep"
+    (out / "pretrain-000001.tar.orig").unlink()
+    assert _hashes(out) == _hashes(reference)

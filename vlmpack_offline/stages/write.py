@@ -15,7 +15,8 @@ The config must still be the scan's: when the manifest records the scan's inputs
 fingerprint, a config (or processor directory) that no longer gives it is refused.
 
 Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete, shards}
-(``shards``: every shard name a run of this fingerprint started, recorded before its file exists):
+(``shards`` = N: runs of this fingerprint started ``pretrain-000000.tar`` .. ``pretrain-{N-1}``; a
+shard's number is recorded before its file is created, one marker update per shard):
 
 * same fingerprint, complete  -> no-op;
 * same fingerprint, not complete (killed) -> only shards that are not recorded, or whose
@@ -61,7 +62,7 @@ from ..output.energon_meta import (
 from ..output.layout import check_folder_layout
 from ..output.pack_builder import Materializer, SourceFiles, build_pack
 from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, save_chunk
-from ..output.shard_plan import ShardAssigner, ShardJob
+from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
@@ -73,7 +74,6 @@ __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
-_SHARD_NAME = re.compile(r"pretrain-\d{6}\.tar")
 _SHARD_FILE = re.compile(r"(pretrain-\d{6}\.tar)(?:\.idx)?(?:\.tmp)?")
 
 
@@ -119,9 +119,9 @@ def _read_marker(out_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_marker(out_dir: Path, fp: str, *, complete: bool, shards: Iterable[str], counts: dict | None = None) -> None:
-    """``shards``: every output shard this fingerprint's runs have started (what a rebuild may delete)."""
-    body = {"fingerprint": fp, "complete": complete, "shards": sorted(shards), **({"counts": counts} if counts else {})}
+def _write_marker(out_dir: Path, fp: str, *, complete: bool, shards: int, counts: dict | None = None) -> None:
+    """``shards``: output shards 0 .. shards-1 were started by this fingerprint's runs (what a rebuild deletes)."""
+    body = {"fingerprint": fp, "complete": complete, "shards": shards, **({"counts": counts} if counts else {})}
     atomic_write_text(out_dir / META_DIR / MARKER_NAME, json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
@@ -136,14 +136,17 @@ def _shard_names_present(out_dir: Path) -> list[str]:
     return sorted(names)
 
 
-def _recorded_shards(marker: dict) -> list[str]:
-    shards = marker.get("shards", [])
-    return [name for name in shards if isinstance(name, str) and _SHARD_NAME.fullmatch(name)]
+def _recorded_shards(marker: dict | None) -> int:
+    shards = (marker or {}).get("shards", 0)
+    return shards if type(shards) is int and shards >= 0 else 0
 
 
 def _clear_output(out_dir: Path, marker: dict) -> None:
-    """Delete what an earlier write recorded in its marker (a marker from before the list: files named as ours)."""
-    names = _recorded_shards(marker) if "shards" in marker else _shard_names_present(out_dir)
+    """Delete what an earlier write recorded in its marker (a marker from before the count: files named as ours)."""
+    if "shards" in marker:
+        names = [SHARD_NAME.format(i) for i in range(_recorded_shards(marker))]
+    else:
+        names = _shard_names_present(out_dir)
     for name in names:
         for path in _shard_files(out_dir, name):
             path.unlink(missing_ok=True)
@@ -281,13 +284,13 @@ def _described_sizes(chunks: list, workers: int) -> Iterator[list[int]]:
 
 
 def _describe_and_write(
-    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: set[str]
+    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: int
 ) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
     Writing runs on threads: it is mostly ``pread``/``write`` system calls that release
     the GIL, so it overlaps the describing. A shard's name goes into the marker's
-    ``shards`` (``recorded``) before its file is created; a shard counts as already
+    ``shards`` count (``recorded``) before its file is created; a shard counts as already
     written only when it is recorded there. Returns (all shards, shards written).
     """
     out_dir, workers = config.packed_wds_dir, config.process.workers
@@ -297,19 +300,20 @@ def _describe_and_write(
     ]
     assigner = ShardAssigner(maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
     jobs: list[ShardJob] = []
+    started = [recorded]  # shards 0 .. started-1 are in the marker
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlmpack-write") as writers:
         futures = []
 
         def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
             for job in ready:
                 jobs.append(job)
-                done = job.name in recorded and shard_is_done(
+                done = job.index < started[0] and shard_is_done(
                     out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)
                 )
                 if not done:
-                    if job.name not in recorded:
-                        recorded.add(job.name)
-                        _write_marker(out_dir, fp, complete=False, shards=recorded)
+                    if job.index >= started[0]:
+                        started[0] = job.index + 1
+                        _write_marker(out_dir, fp, complete=False, shards=started[0])
                     futures.append(writers.submit(_write_shard, config, fp, shard_paths, packs, job))
 
         position = 0
@@ -389,7 +393,7 @@ def run(config: Config) -> StageResult:
         rebuilt = True
     elif marker is None:
         _refuse_foreign_output(out_dir)
-    recorded = set(_recorded_shards(marker)) if marker and not rebuilt else set()
+    recorded = _recorded_shards(marker) if not rebuilt else 0
     _materializer(config)  # fail early on a bad tokenizer setup, before any output
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
@@ -418,7 +422,7 @@ def run(config: Config) -> StageResult:
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
     }
     stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
-    _write_marker(out_dir, fp, complete=True, shards=[job.name for job in jobs], counts=stable)
+    _write_marker(out_dir, fp, complete=True, shards=len(jobs), counts=stable)
     seconds = time.perf_counter() - started
     summary = [
         f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "
