@@ -280,3 +280,11 @@ def test_energon_info_summarizes_our_output(tmp_path):
     assert f"({len(inputs.packs)} samples," in result.output
     assert "CrudeSample" in result.output
     assert f"`val`: {100 * n_val / len(inputs.packs):.0f}%, {n_val} samples" in result.output
+
+
+def test_verify_fails_when_the_recorded_settings_are_not_the_configs(tmp_path):
+    inputs = build_inputs(tmp_path)
+    write.run(inputs.config)
+    result = verify.run(inputs.with_config(video={"fps": 1.0}))
+    assert result.exit_code != 0
+    assert any("video.fps: packed with 2.0, this config has 1.0" in line for line in result.summary)

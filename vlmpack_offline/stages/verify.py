@@ -10,7 +10,8 @@ Checks, per output shard listed in ``.nv-meta/.info.json``:
 * an ``ids.npy`` part, when present, is int [2, sum(token_len)];
 
 and over all shards: every ``ok`` manifest sample appears exactly once, every planned
-pack is present. Problems are collected (not raised) so one run lists them all;
+pack is present; ``.nv-meta/vlmpack.json`` records the settings of this config
+(``packed_settings.check_against_packed_dir``). Problems are collected (not raised) so one run lists them all;
 the first ones are printed and the exit code is 1.
 """
 
@@ -26,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..errors import PlanError
+from ..errors import ConfigError, PlanError
 from ..manifest import Manifest, manifest_path
 from ..output.energon_meta import energon_idx_offsets, read_idx, read_shard_counts, read_split_parts
 from ..output.pack_builder import SourceFiles, build_pack
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, PackedSample
+from ..packed_settings import SETTINGS_NAME, check_against_packed_dir
 from ..plan_file import read_plan
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
@@ -156,6 +158,10 @@ def run(config: Config) -> StageResult:
             files.close()
         ok_ids = [s.id for s in manifest.iter_samples("ok")]
     problems = checker.problems
+    try:
+        check_against_packed_dir(config, out_dir)
+    except ConfigError as exc:
+        problems.append(f"{SETTINGS_NAME}: {exc}")
     ok_set = set(ok_ids)
     problems += [f"sample {i!r} is ok in the manifest but in no pack" for i in ok_ids if checker.seen[i] == 0]
     problems += [f"sample {i!r} is in {n} packs" for i, n in checker.seen.items() if n > 1]
