@@ -119,3 +119,15 @@ def test_write_refuses_a_config_that_is_not_the_scans(written):
     with pytest.raises(StaleArtifactError, match="scanned with other settings"):
         write.run(other)
     assert _settings(written.config) == before  # the output was left alone
+
+
+def test_a_processor_dir_that_is_not_here_or_a_dataset_without_settings_is_a_clear_error(written, tmp_path):
+    moved = tmp_path / "elsewhere"
+    (moved / ".nv-meta").mkdir(parents=True)
+    stored = _settings(written.config)
+    stored["model"]["processor_kwargs"]["pretrained_model_name_or_path"] = "/nowhere/proc"
+    (moved / ".nv-meta" / "vlmpack.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match=r"'/nowhere/proc' .* is not here: pass processor_path="):
+        PackEncoder.from_packed_dir(moved)
+    with pytest.raises(ConfigError, match=r"vlmpack.json not found"):
+        PackEncoder.from_packed_dir(tmp_path)

@@ -9,7 +9,7 @@ that decide tokens; the loader rebuilds its ``Config`` from them
     .nv-meta/vlmpack.json   (sorted keys, 2-space indent, written atomically; energon ignores it)
     {
       "format": "vlmpack.packed_settings", "version": 1,
-      "fingerprint": "3f0c...",       # model/video/sample (processor path left out) + processor file hashes
+      "fingerprint": "3f0c...",       # model/video/sample/loss (processor path left out) + processor file hashes
       "plan_fingerprint": "9a1e...",  # the pack_plan.jsonl the shards were written from
       "model":  {"model_type": "qwen2_5_vl",            # resolved (config.json when model.model_type is unset)
                  "processor_loader": "auto_processor",
@@ -24,7 +24,8 @@ that decide tokens; the loader rebuilds its ``Config`` from them
 Checked (a difference raises ``ConfigError`` naming the field and both values):
 ``model.model_type`` (resolved on both sides), ``model.processor_loader``, every
 ``model.processor_kwargs`` key except the processor path (the folder may live
-elsewhere on the training machine: its files' hashes are compared instead),
+elsewhere on the training machine: its files' hashes are compared instead) and the
+loading-only ``cache_dir``, ``local_files_only``, ``token``, ``trust_remote_code``,
 every ``video`` and ``sample`` field, and the processor files of ``PROCESSOR_FILES``
 (a file present on one side only is a difference). ``loss`` is restored by
 ``config_from_packed_dir`` but not checked: it changes labels, never lengths.
@@ -59,6 +60,8 @@ SETTINGS_FORMAT = "vlmpack.packed_settings"
 _VERSION = 1
 _META_DIR = ".nv-meta"  # energon's MAIN_FOLDER_NAME (output.energon_meta.META_DIR)
 _PATH_KEY = "pretrained_model_name_or_path"
+# from_pretrained kwargs that say where / how to load, not what: never compared (the file hashes are)
+_WHERE_KWARGS = frozenset({_PATH_KEY, "cache_dir", "local_files_only", "token", "trust_remote_code"})
 _CHECKED = ("model", "video", "sample")  # sections the token lengths depend on
 _RESTORED = ("loss",)  # stored and restored, not checked
 # Files of a processor directory that decide the token ids: tokenizer (BPE / sentencepiece / tiktoken),
@@ -116,7 +119,8 @@ def packed_settings(config: Config, plan_fingerprint: str) -> dict:
     sections = _sections(config)
     processor = _processor_block(config)
     portable = json.loads(json.dumps(sections))
-    portable["model"]["processor_kwargs"].pop(_PATH_KEY, None)  # where it lives does not change a token
+    for name in _WHERE_KWARGS:  # where it lives and how it loads do not change a token
+        portable["model"]["processor_kwargs"].pop(name, None)
     body = {
         "format": SETTINGS_FORMAT,
         "version": _VERSION,
@@ -227,7 +231,7 @@ def _check(config: Config, document: dict, source: str) -> None:
         for key in sorted(set(stored) | set(given)):
             if section == "model" and key == "processor_kwargs":
                 kwargs_stored, kwargs_given = stored.get(key) or {}, given.get(key) or {}
-                for name in sorted((set(kwargs_stored) | set(kwargs_given)) - {_PATH_KEY}):
+                for name in sorted((set(kwargs_stored) | set(kwargs_given)) - _WHERE_KWARGS):
                     compare(f"model.processor_kwargs.{name}", kwargs_stored.get(name, _UNSET), kwargs_given.get(name, _UNSET))
             else:
                 compare(f"{section}.{key}", stored.get(key, _UNSET), given.get(key, _UNSET))
