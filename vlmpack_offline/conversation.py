@@ -162,8 +162,14 @@ def parse_conversation(
     """Parse one sample JSON; raises ``ConversationError`` with a drop reason."""
     try:
         data = json.loads(raw_json)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConversationError("bad_json", f"JSON does not parse: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge int literals, deep nesting
+        raise ConversationError("bad_json", f"JSON does not parse: {str(exc)[:300]}") from None
+    try:  # "\ud800" parses, but no tokenizer or file can take a lone surrogate
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConversationError("bad_json", f"JSON holds text that is not valid Unicode: {exc.reason}") from None
+    except RecursionError:
+        raise ConversationError("bad_json", "JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise ConversationError("unknown_format", f"sample JSON must be an object, got {type(data).__name__}")
     pool = _PartPool(key, parts)

@@ -32,10 +32,12 @@ __all__ = [
     "read_range",
     "BAD_MEMBER_NAME",
     "TRUNCATED_SHARD",
+    "DAMAGED_HEADER",
 ]
 
 BAD_MEMBER_NAME = "bad_member_name"
 TRUNCATED_SHARD = "truncated_shard"
+DAMAGED_HEADER = "damaged_header"  # a header mid-file fails its checksum; reading resumes at the next valid one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +45,8 @@ class TarMember:
     name: str  # full member path inside the tar
     offset: int  # byte offset of the member's data in the tar file
     size: int  # data size in bytes
-    problem: str | None = None  # BAD_MEMBER_NAME or TRUNCATED_SHARD when the member cannot be used
+    problem: str | None = None  # BAD_MEMBER_NAME, TRUNCATED_SHARD or DAMAGED_HEADER when it cannot be used
+    detail: str = ""  # what is wrong, for the drop's error text
 
     @property
     def part(self) -> str:
@@ -81,17 +84,27 @@ def _unsafe(name: str) -> bool:
 def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     """Yield every regular file of a tar with its data offset and size.
 
-    Directories, links and devices are skipped. A member whose name is absolute or
-    contains ``..`` is yielded with ``problem=BAD_MEMBER_NAME`` (never followed). When
-    the file ends inside a member or a header, a last member with
-    ``problem=TRUNCATED_SHARD`` is yielded and iteration stops: everything before the
-    cut stays usable.
+    Directories, links and devices are skipped. A member whose name is absolute,
+    contains ``..`` or is not valid UTF-8 is yielded with ``problem=BAD_MEMBER_NAME``
+    (never followed). When the file ends inside a member or a header, a last member
+    with ``problem=TRUNCATED_SHARD`` is yielded and iteration stops: everything before
+    the cut stays usable. A damaged header with data after it (a checksum error
+    mid-file) yields a ``DAMAGED_HEADER`` member, and reading resumes at the next
+    block that is a valid header, so the samples after the damage are kept.
     """
     tar_path = Path(tar_path)
     file_size = os.path.getsize(tar_path)
-    last_name = ""
-    try:
-        with tarfile.open(tar_path, mode="r:") as tar:
+    start, last_name = 0, ""
+    with open(tar_path, "rb") as handle:
+        while start is not None:
+            handle.seek(start)
+            resume, start = start, None
+            try:
+                tar = tarfile.TarFile(fileobj=handle, mode="r")  # reads from the handle's position on
+            except tarfile.ReadError:  # not even a first header: empty or not a tar
+                if file_size and resume == 0:
+                    yield TarMember(name="?", offset=0, size=0, problem=TRUNCATED_SHARD, detail="not a tar file")
+                return
             while True:
                 header_at = tar.offset
                 try:
@@ -99,22 +112,53 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                 except (tarfile.ReadError, EOFError):  # header cut or damaged
                     info = None
                 if info is None:
-                    # tarfile reads a header cut short as a clean end; a real end is a zero block
-                    if not _clean_end(tar_path, header_at):
+                    if _clean_end(tar_path, header_at):  # a zero block: the end-of-archive marker
+                        return
+                    start = _next_header(handle, header_at + tarfile.BLOCKSIZE, file_size)
+                    if start is None:  # tarfile reads a header cut short as a clean end
                         name = _cut_header_name(tar_path, header_at) or last_name or "?"
                         yield TarMember(name=name, offset=header_at, size=0, problem=TRUNCATED_SHARD)
-                    return
+                        return
+                    yield TarMember(
+                        name=last_name or "?", offset=header_at, size=0, problem=DAMAGED_HEADER,
+                        detail=f"damaged tar header at byte {header_at} (checksum error); reading resumed at "
+                        f"byte {start}, the {start - header_at} bytes between are lost",
+                    )  # fmt: skip
+                    break
                 if not info.isreg():
                     continue
                 last_name = info.name
                 if info.offset_data + info.size > file_size:
                     yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=TRUNCATED_SHARD)
                     return
-                problem = BAD_MEMBER_NAME if _unsafe(info.name) else None
-                yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=problem)
-    except tarfile.ReadError:  # not even a first header: empty or not a tar
-        if file_size:
-            yield TarMember(name="?", offset=0, size=0, problem=TRUNCATED_SHARD)
+                yield _member(info)
+
+
+def _member(info: tarfile.TarInfo) -> TarMember:
+    try:
+        info.name.encode("utf-8")
+    except UnicodeEncodeError:  # tarfile keeps undecodable bytes as surrogates
+        shown = info.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return TarMember(name=shown, offset=info.offset_data, size=info.size, problem=BAD_MEMBER_NAME,
+                         detail=f"member name {shown!r} is not valid UTF-8; it was not read")  # fmt: skip
+    if _unsafe(info.name):
+        return TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=BAD_MEMBER_NAME,
+                         detail=f"member name {info.name!r} is absolute or contains '..'; it was not read")  # fmt: skip
+    return TarMember(name=info.name, offset=info.offset_data, size=info.size)
+
+
+def _next_header(handle, at: int, file_size: int) -> int | None:
+    """Offset of the first block at or after ``at`` that parses as a valid tar header, or None."""
+    while at + tarfile.BLOCKSIZE <= file_size:
+        block = read_range(handle, at, tarfile.BLOCKSIZE)
+        if block.strip(b"\0"):
+            try:
+                tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+                return at
+            except tarfile.HeaderError:
+                pass
+        at += tarfile.BLOCKSIZE
+    return None
 
 
 def _clean_end(tar_path: Path, at: int) -> bool:
@@ -147,8 +191,8 @@ def group_samples(members: Iterable[TarMember]) -> Iterator[RawSample]:
         bad = next((m for m in run if m.problem), None)
         if bad is None:
             return RawSample(key=key or "", members=tuple(run))
-        if bad.problem == BAD_MEMBER_NAME:
-            error = f"member name {bad.name!r} is absolute or contains '..'; it was not read"
+        if bad.detail:
+            error = bad.detail
         else:
             error = f"shard ends inside member {bad.name!r} (at byte {bad.offset + bad.size} of the data)"
         return RawSample(key=key or "", members=tuple(run), problem=bad.problem, error=error)

@@ -7,7 +7,9 @@ Runs inside a worker process (one counter, so one tokenizer, per process)::
                                  count_many (batched tokenizer) ◄────┘ ─► token_len ─► ok | overlong
 
 A sample that fails at any step keeps its member locators and gets its drop
-reason and error text; the shard goes on.
+reason and error text; the shard goes on. An error nobody foresaw (any exception
+while reading, parsing, probing or counting one sample) drops that sample as
+``unreadable_sample`` with the exception's type and text, never the whole scan.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from ..manifest import SampleRecord, ShardRecord
 from ..tario import TRUNCATED_SHARD, RawSample, iter_samples, read_range
 from ..tokens import CountError, make_counter
 
-__all__ = ["ShardTask", "ShardOutcome", "ShardScanner", "BAD_JSON", "OVERLONG", "DUPLICATE_KEY"]
+__all__ = ["ShardTask", "ShardOutcome", "ShardScanner", "BAD_JSON", "OVERLONG", "DUPLICATE_KEY", "UNREADABLE_SAMPLE"]
 
 BAD_JSON = "bad_json"
 OVERLONG = "overlong"
 DUPLICATE_KEY = "duplicate_key"
+UNREADABLE_SAMPLE = "unreadable_sample"  # an unforeseen error while reading or counting one sample
 _BATCH = 256  # samples per tokenizer call
 
 
@@ -80,13 +83,15 @@ class ShardScanner:
                         f"key {raw.key!r} appears twice in {task.shard} (members are not consecutive)"
                     )
                 else:
-                    self._prepare(item, handle)
+                    try:
+                        self._prepare(item, handle)
+                    except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's drop
+                        _unreadable(item, exc)
                 seen.add(raw.key)
         ready = [p for p in pending if p.status == "ok"]
         for begin in range(0, len(ready), _BATCH):
             batch = ready[begin : begin + _BATCH]
-            counts = self.counter.count_many([(p.conversation, p.media) for p in batch])
-            for item, result in zip(batch, counts, strict=True):
+            for item, result in zip(batch, self._count(batch), strict=True):
                 if isinstance(result, CountError):
                     item.status, item.error = result.reason, str(result)
                 else:
@@ -111,6 +116,20 @@ class ShardScanner:
         )
         samples = [self._record(task.shard, p, seen_twice=p.status == DUPLICATE_KEY) for p in pending]
         return ShardOutcome(shard=shard, samples=samples, seconds=time.perf_counter() - start)
+
+    def _count(self, batch: list[_Pending]) -> list:
+        """Counts of a batch; when the batched call fails, each sample alone, so only the bad one drops."""
+        try:
+            return self.counter.count_many([(p.conversation, p.media) for p in batch])
+        except Exception:  # noqa: BLE001
+            results = []
+            for item in batch:
+                try:
+                    results.extend(self.counter.count_many([(item.conversation, item.media)]))
+                except Exception as exc:  # noqa: BLE001
+                    _unreadable(item, exc)
+                    results.append(CountError(item.status, item.error))
+            return results
 
     def _prepare(self, item: _Pending, handle) -> None:
         raw = item.raw
@@ -165,6 +184,11 @@ class ShardScanner:
             status=item.status,
             error=item.error,
         )
+
+
+def _unreadable(item: _Pending, exc: BaseException) -> None:
+    item.status = UNREADABLE_SAMPLE
+    item.error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
 
 _SCANNER: ShardScanner | None = None
