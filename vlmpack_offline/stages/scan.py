@@ -143,6 +143,8 @@ def _outcomes(config: Config, tasks: list[ShardTask]):
     A worker that cannot start (processor folder, tokenizer, a missing package) ends the
     scan with its one-line error, whatever process.workers is (``executor.process_map``).
     """
+    if not tasks:  # every shard already in (a rerun after the last commit): no tokenizer to load
+        return
     workers = min(config.process.workers, len(tasks))
     yield from process_map(
         scan_in_worker,
