@@ -41,6 +41,12 @@ def cli() -> None:
       vlmpack write  --config C   plan      -> packed_wds_dir/pretrain-*.tar
       vlmpack verify --config C   output    -> checks against manifest and plan
       vlmpack stats  --config C   plan      -> work_dir/stats.json, stats.png
+
+    Around them:
+
+    \b
+      vlmpack inspect PACKED_DIR [--pack N]        one pack decoded, as the loader sees it
+      vlmpack convert RECORDS --media-root M --out D   LLaVA-style JSON + media -> shards
     """
 
 
@@ -52,6 +58,8 @@ _COMMANDS: tuple[str, ...] = (
     "write",
     "verify",
     "stats",
+    "inspect",
+    "convert",
 )
 
 
