@@ -30,6 +30,7 @@ from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import process_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
+from ..output.layout import check_folder_layout
 from ..stage_result import StageResult
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
@@ -81,7 +82,7 @@ def _processor_hashes(directory: str) -> dict[str, str]:
 
 def scan_inputs_fingerprint(config: Config) -> str:
     """What the scan's rows depend on: config data/sample/model/video + the processor directory's files."""
-    payload = section_fingerprint_payload(config, "data", "sample", "model", "video")
+    payload = section_fingerprint_payload(config, "data", "sample", "model", "video", "loss")
     for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
         payload["data"].pop(name, None)
     payload["processor_files"] = _processor_hashes(config.model.processor_path)
@@ -215,6 +216,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     start = time.perf_counter()
     if limit_shards is not None and limit_shards < 1:
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
+    check_folder_layout(config)  # the scan must never read the pipeline's own output as input
     load_model_rules(config.model)  # a wrong processor path or model_type, said before anything is opened
     tasks = discover_shards(config.data.wds_dir)
     selected = tasks[:limit_shards] if limit_shards else tasks

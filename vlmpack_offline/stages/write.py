@@ -40,17 +40,17 @@ Nothing is written outside ``data.packed_wds_dir``.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
+from ..executor import process_map
 from ..manifest import Manifest, manifest_path
 from ..output.energon_meta import (
     META_DIR,
@@ -273,14 +273,10 @@ def _write_shard(
 def _described_sizes(chunks: list, workers: int) -> Iterator[list[int]]:
     """``_describe_packs`` over the chunks in plan order: in this process, or ``workers`` forked ones.
 
-    The pool forks all its processes while ``map`` submits, before any writer thread exists.
+    The pool forks its processes at the first submit, before any writer thread exists; a worker
+    killed from outside ends the stage with one line (``executor.WorkerDiedError``).
     """
-    if workers <= 1 or len(chunks) <= 1:
-        yield from map(_describe_packs, chunks)
-        return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
-        yield from pool.map(_describe_packs, chunks)
+    yield from process_map(_describe_packs, chunks, workers=min(workers, len(chunks)), ordered=True, stage="write")
 
 
 def _describe_and_write(
@@ -385,8 +381,9 @@ def run(config: Config) -> StageResult:
     fp = write_fingerprint(config, meta["fingerprint"], settings)
     marker = _read_marker(out_dir)
     if marker and marker.get("fingerprint") == fp and marker.get("complete"):
-        return StageResult(stage="write", skipped=True, summary=[f"{out_dir} is up to date"],
-                           counts=marker.get("counts", {}), seconds=time.perf_counter() - started)
+        c = marker.get("counts", {})
+        summary = [f"{c.get('packs', '?')} packs ({c.get('samples', '?')} samples) in {c.get('shards', '?')} shards -> {out_dir}"]
+        return StageResult(stage="write", skipped=True, summary=summary, counts=c, seconds=time.perf_counter() - started)
     rebuilt = False
     if marker and marker.get("fingerprint") != fp:
         _clear_output(out_dir, marker)
