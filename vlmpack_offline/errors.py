@@ -5,6 +5,8 @@ Messages say what went wrong, where, and how to fix it.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "VlmpackError",
     "ConfigError",
@@ -12,6 +14,7 @@ __all__ = [
     "StaleArtifactError",
     "PlanError",
     "LengthMismatchError",
+    "MachineFault",
 ]
 
 
@@ -43,3 +46,30 @@ class PlanError(VlmpackError):
 
 class LengthMismatchError(VlmpackError):
     """A sample materialized at load time does not have its planned token length."""
+
+
+class MachineFault(VlmpackError):
+    """The machine refused a read or write (disk full, read-only, permissions): what, where, what to do."""
+
+    _FIXES = {
+        errno.ENOSPC: ("no space left on the device", "free space there (or point the config elsewhere)"),
+        errno.EDQUOT: ("disk quota exceeded", "free space or raise the quota"),
+        errno.EROFS: ("the filesystem is read-only", "point the config at a writable folder"),
+        errno.EACCES: ("permission denied", "give this user access to it (or point the config elsewhere)"),
+        errno.EPERM: ("operation not permitted", "give this user access to it (or point the config elsewhere)"),
+    }
+
+    @classmethod
+    def from_error(cls, exc: BaseException, where: str) -> MachineFault | None:
+        """The fault ``exc`` stands for (an ``OSError`` or sqlite's own wording), or None if it is not one."""
+        code = getattr(exc, "errno", None)
+        text = str(exc).lower()
+        if code is None and "disk is full" in text:
+            code = errno.ENOSPC
+        elif code is None and ("readonly database" in text or "read-only" in text):
+            code = errno.EROFS
+        if code not in cls._FIXES:
+            return None
+        what, fix = cls._FIXES[code]
+        path = getattr(exc, "filename", None) or where
+        return cls(f"{what}: {path}: {fix}, then rerun the same command (finished work is kept)")

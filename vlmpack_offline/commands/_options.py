@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
 
 import click
 
 from ..config import Config, load_config
+from ..errors import MachineFault
 from ..stage_result import StageResult
 
-__all__ = ["config_options", "load_from_options", "finish"]
+__all__ = ["config_options", "load_from_options", "finish", "run_stage"]
 
 
 def config_options(func: Callable) -> Callable:
@@ -41,3 +43,20 @@ def finish(result: StageResult) -> None:
     click.echo(result.render())
     if result.exit_code:
         sys.exit(result.exit_code)
+
+
+def run_stage(run: Callable[..., StageResult], config_path: str, overrides: tuple[str, ...], **kwargs) -> None:
+    """Load the config, run the stage, print its summary and exit with its code.
+
+    Disk full, read-only folders and permission errors become one ``MachineFault`` line naming the
+    path (the work and output folders when the error names none) and the fix.
+    """
+    config = load_from_options(config_path, overrides)
+    try:
+        result = run(config, **kwargs)
+    except (OSError, sqlite3.OperationalError) as exc:
+        fault = MachineFault.from_error(exc, f"{config.data.work_dir} or {config.data.packed_wds_dir}")
+        if fault is None:
+            raise
+        raise fault from None
+    finish(result)

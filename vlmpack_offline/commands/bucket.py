@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from ..stages import bucket
-from ._options import config_options, finish, load_from_options
+from ._options import config_options, run_stage
 
 
 @click.command("bucket")
 @config_options
 def command(config_path: str, overrides: tuple[str, ...]) -> None:
     """Group the manifest's ok samples into packs (manifest -> work_dir/bins/)."""
-    finish(bucket.run(load_from_options(config_path, overrides)))
+    run_stage(bucket.run, config_path, overrides)

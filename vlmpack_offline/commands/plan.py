@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from ..stages import plan
-from ._options import config_options, finish, load_from_options
+from ._options import config_options, run_stage
 
 
 @click.command("plan")
 @config_options
 def command(config_path: str, overrides: tuple[str, ...]) -> None:
     """Order the bins into shuffled train/val packs and check them (bins -> work_dir/pack_plan.jsonl)."""
-    finish(plan.run(load_from_options(config_path, overrides)))
+    run_stage(plan.run, config_path, overrides)

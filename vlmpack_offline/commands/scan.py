@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._options import config_options, finish, load_from_options
+from ._options import config_options, run_stage
 
 __all__ = ["command"]
 
@@ -28,4 +28,4 @@ def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | No
     """
     from ..stages import scan
 
-    finish(scan.run(load_from_options(config_path, overrides), limit_shards=limit_shards))
+    run_stage(scan.run, config_path, overrides, limit_shards=limit_shards)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..stages import verify as stage
-from ._options import config_options, finish, load_from_options
+from ._options import config_options, run_stage
 
 __all__ = ["command"]
 
@@ -17,4 +17,4 @@ def command(config_path: str, overrides: tuple[str, ...]) -> None:
 
     Exits non-zero and lists the first problems when anything does not match.
     """
-    finish(stage.run(load_from_options(config_path, overrides)))
+    run_stage(stage.run, config_path, overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..stages import write as stage
-from ._options import config_options, finish, load_from_options
+from ._options import config_options, run_stage
 
 __all__ = ["command"]
 
@@ -18,4 +18,4 @@ def command(config_path: str, overrides: tuple[str, ...]) -> None:
     Also writes each tar's .tar.idx and .nv-meta/ (dataset.yaml, split.yaml, .info.json).
     Resumable: a rerun after a crash writes only the missing shards.
     """
-    finish(stage.run(load_from_options(config_path, overrides)))
+    run_stage(stage.run, config_path, overrides)
