@@ -14,6 +14,13 @@
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
 at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
 that order does not depend on how many workers ran or in which order they finished.
+
+Reproducibility: the *content* is deterministic, the sqlite *file* is not. Shards
+commit in the order workers finish them and a resumed scan appends, so row ids and
+page layout (hence the file's bytes) differ between runs that hold the same rows.
+``manifest.jsonl``, written from the ordered rows at the end of every scan, is the
+byte-reproducible artifact (tests compare it across worker counts, ``kill -9``
+resumes and machine faults); every later stage reads rows in ``(shard, seq)`` order.
 """
 
 from __future__ import annotations
