@@ -21,7 +21,7 @@ from megatron.energon import WorkerConfig, get_loader, get_savable_loader, get_t
 from torch.utils.data import DataLoader
 
 from vlmpack_offline.config import Config
-from vlmpack_offline.errors import LengthMismatchError
+from vlmpack_offline.errors import LengthMismatchError, ShardError
 from vlmpack_offline.loader import (
     EncoderOptions,
     PackBatch,
@@ -30,6 +30,8 @@ from vlmpack_offline.loader import (
     PackTaskEncoder,
     VisionInputs,
 )
+from vlmpack_offline.loader.cooker import CookedPack
+from vlmpack_offline.loader.dataset import PackIndex
 from vlmpack_offline.stages import write
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
@@ -89,7 +91,7 @@ def plain_epoch(packed) -> dict[int, list[PackBatch]]:
     }
 
 
-def test_batches_from_workers_are_real_and_pickle(plain_epoch):
+def test_batches_from_workers_are_real_and_pickle(plain_epoch, packed):
     batches = [b for rank in plain_epoch.values() for b in rank]
     for batch in batches:
         _check_shapes(batch)
@@ -102,6 +104,9 @@ def test_batches_from_workers_are_real_and_pickle(plain_epoch):
     assert torch.equal(copy.input_ids, batch.input_ids) and copy.position == batch.position
     with pytest.raises(TypeError):
         copy.vision.fields["pixel_values"] = None  # still read-only after the round trip
+    cooked = PackIndex.from_dir(packed.config.packed_wds_dir, "train").read(0)
+    cooked_copy = pickle.loads(pickle.dumps(cooked))
+    assert isinstance(cooked_copy, CookedPack) and cooked_copy.pack == cooked.pack and cooked_copy.media == cooked.media
 
 
 def test_ranks_and_workers_get_equal_shares_of_the_train_split(plain_epoch, packed):
@@ -118,6 +123,8 @@ def test_ranks_and_workers_get_equal_shares_of_the_train_split(plain_epoch, pack
 def test_val_split_and_epoch_reshuffle(packed):
     root = packed.config.packed_wds_dir
     assert {b.pack_id for b in PackDataset(root, packed.encoder, split="val")} == packed.val
+    with pytest.raises(ShardError, match="fewer than the 2 slots"):  # 1 val pack cannot feed 2 workers equally
+        next(iter(_loader(PackDataset(root, packed.encoder, split="val"))))
     dataset = PackDataset(root, packed.encoder, rank=0, world_size=1, seed=5)
     orders = [dataset.rank_order(epoch, num_workers=WORKERS).tolist() for epoch in range(4)]
     assert all(len(o) == N_TRAIN // WORKERS * WORKERS for o in orders)
@@ -196,3 +203,17 @@ def test_energon_state_saved_mid_epoch_resumes_in_a_fresh_loader(energon_epoch, 
     fresh.restore_state_rank(state)
     after = _take(fresh, n - len(before))
     assert before + after == energon_epoch[rank]
+
+
+def test_plain_state_without_workers_needs_no_batch(plain_epoch, packed):
+    root = packed.config.packed_wds_dir
+    dataset = PackDataset(root, packed.encoder, rank=0, world_size=WORLD)
+    before = []
+    for batch in DataLoader(dataset, batch_size=None, num_workers=0):
+        before.append(batch.pack_id)
+        if len(before) == 2:
+            break
+    fresh = PackDataset(root, packed.encoder, rank=0, world_size=WORLD)
+    fresh.load_state_dict(dataset.state_dict())  # the dataset counted what it yielded in this process
+    after = [b.pack_id for b in _loader(fresh)]  # resumed with workers: the order does not depend on them
+    assert before + after == [b.pack_id for b in plain_epoch[0]]
