@@ -84,19 +84,29 @@ class PackedWdsConfig:
 
 @dataclass(**_FROZEN)
 class ProcessConfig:
-    workers: int = 1  # processes for scan and write (one tokenizer per process)
+    workers: int = 1  # processes for scan and write (one tokenizer per process); Ray: CPUs of a local cluster
+    executor: Literal["local", "ray"] = "local"  # local: processes here; ray: one task per shard (ray_executor.py)
+    ray_address: str | None = None  # Ray cluster to join ("auto", "host:port"); null: env RAY_ADDRESS, else a local one
 
 
 @dataclass(**_FROZEN)
 class VideoConfig:
-    """Frame sampling shared by scan and loader (qwen-vl-utils semantics)."""
+    """Frame sampling shared by scan and loader (qwen-vl-utils semantics).
 
-    fps: float = 2.0  # frames sampled per second of video
-    min_frames: int = 4  # lower bound on sampled frames
-    max_frames: int = 768  # upper bound on sampled frames
-    min_pixels: int = 128 * 28 * 28  # per-frame lower pixel bound after resize
-    max_pixels: int = 768 * 28 * 28  # per-frame upper pixel bound after resize
-    total_pixels: int = 90_316_800  # budget over all sampled frames (128000 * 28 * 28 * 0.9)
+    ``None`` = not set here: the processor folder's video settings, else the family's own recipe
+    (``tokens/rules.py`` resolves them; e.g. per-frame pixels 128*28*28 for Qwen2.5-VL, 128*32*32 for Qwen3-VL).
+    """
+
+    fps: float | None = None  # frames sampled per second of video (recipe: 2.0)
+    min_frames: int | None = None  # lower bound on sampled frames (recipe: 4)
+    max_frames: int | None = None  # upper bound on sampled frames (recipe: 768)
+    min_pixels: int | None = None  # per-frame lower pixel bound after resize (recipe: 128 * factor**2)
+    max_pixels: int | None = None  # per-frame upper pixel bound after resize (recipe: 768 * factor**2)
+    total_pixels: int | None = None  # budget over all sampled frames (recipe: 128000 * factor**2 * 0.9)
+    # qwen_vl_utils: the recipe above; hf_processor: Qwen3VLVideoProcessor's own sampling, where min/max_pixels
+    # bound frames * height * width (its size.shortest_edge / longest_edge) and total_pixels is unused.
+    # null: hf_processor for a Qwen3-VL folder with video processor settings, else qwen_vl_utils
+    sampler: Literal["qwen_vl_utils", "hf_processor"] | None = None
 
 
 @dataclass(**_FROZEN)
@@ -265,6 +275,9 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{src}: sample.max_token_len must be > 0, got {config.sample.max_token_len}")
     if config.process.workers < 1:
         raise ConfigError(f"{src}: process.workers must be >= 1, got {config.process.workers}")
+    if config.process.ray_address is not None and config.process.executor != "ray":
+        raise ConfigError(f"{src}: process.ray_address is set but process.executor is {config.process.executor!r}: "
+                          "set process.executor: ray, or remove process.ray_address")
     if not 0.0 <= config.split.val_ratio < 1.0:
         raise ConfigError(f"{src}: split.val_ratio must be in [0, 1), got {config.split.val_ratio}")
     if config.packed_wds.maxcount < 1 or config.packed_wds.maxsize < 1:
@@ -273,8 +286,9 @@ def _check(config: Config) -> None:
         value = getattr(config.packing, name)
         if value is not None and value < 1:
             raise ConfigError(f"{src}: packing.{name} must be >= 1 or null, got {value}")
-    if config.video.min_frames < 1 or config.video.max_frames < config.video.min_frames:
-        raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames")
+    low, high = config.video.min_frames, config.video.max_frames
+    if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
+        raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
 
 
 def section_fingerprint_payload(config: Config, *sections: str) -> dict:

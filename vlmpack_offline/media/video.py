@@ -1,7 +1,8 @@
 """Video container metadata and the one frame-sampling policy shared by scan and loader.
 
 ``sample_video`` follows qwen-vl-utils (``smart_nframes`` + ``fetch_video``), with
-the numbers taken from the config's ``video:`` section::
+the numbers taken from the resolved ``video:`` settings (``tokens/rules.py``: config, then
+processor folder, then the family recipe ``recipe_video(factor)``)::
 
     nframes = clamp(n_frames / native_fps * video.fps,
                     ceil2(video.min_frames), floor2(min(video.max_frames, n_frames)))
@@ -30,7 +31,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 from ..config import VideoConfig
 from .errors import CORRUPT_MEDIA, UNSUPPORTED_ASPECT, MediaError
 
-__all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames"]
+__all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,34 @@ class VideoSampling:
     def timestamps(self) -> tuple[float, ...]:
         """Seconds of each sampled frame in the source video."""
         return tuple(index / self.native_fps for index in self.frame_indices)
+
+
+def recipe_video(factor: int) -> VideoConfig:
+    """qwen-vl-utils' own video defaults (``fetch_video``) for a model whose patch * merge is ``factor``.
+
+    factor 28 (Qwen2/2.5-VL): per-frame pixels 100352..602112, total 90316800;
+    factor 32 (Qwen3-VL / Qwen3.5): 131072..786432, total 117964800.
+    """
+    return VideoConfig(
+        fps=2.0,  # FPS
+        min_frames=4,  # FPS_MIN_FRAMES
+        max_frames=768,  # FPS_MAX_FRAMES
+        min_pixels=128 * factor * factor,  # VIDEO_MIN_TOKEN_NUM * image_factor**2
+        max_pixels=768 * factor * factor,  # VIDEO_MAX_TOKEN_NUM * image_factor**2
+        total_pixels=int(128000 * factor * factor * 0.9),  # MODEL_SEQ_LEN * image_factor**2 * 0.9
+        sampler="qwen_vl_utils",
+    )
+
+
+def _filled(video: VideoConfig, factor: int) -> VideoConfig:
+    """``video`` with its unset (None) fields taken from ``recipe_video(factor)``."""
+    recipe = recipe_video(factor)
+    return VideoConfig(
+        **{
+            name: getattr(video, name) if getattr(video, name) is not None else getattr(recipe, name)
+            for name in VideoConfig.__dataclass_fields__
+        }
+    )
 
 
 def _decord_reader(data: bytes):
@@ -131,10 +160,15 @@ def sample_video(
     """Which frames to take and the size to resize them to (qwen-vl-utils semantics, see module doc).
 
     ``factor`` is the model's patch_size * merge_size (28 for Qwen2.5-VL, 32 for Qwen3-VL);
-    ``temporal_factor`` its temporal_patch_size. Raises ``MediaError`` (``corrupt_media`` when
+    ``temporal_factor`` its temporal_patch_size. Unset (None) fields of ``video`` take the recipe's
+    value for ``factor`` (``recipe_video``); pass ``ModelRules.video`` (or ``resolve_video``'s result) to
+    also honour the processor folder's video settings. Raises ``MediaError`` (``corrupt_media`` when
     too few frames, ``unsupported_aspect`` past 200:1).
     """
     info = _checked(info, part)
+    video = _filled(video, factor)  # resolved settings (ModelRules.video) pass through unchanged
+    if video.sampler == "hf_processor":
+        return _sample_hf_qwen3(info, video, factor=factor, temporal_factor=temporal_factor, part=part)
     total = info.n_frames
     min_frames = _ceil(video.min_frames, temporal_factor)
     max_frames = _floor(min(video.max_frames, total), temporal_factor)
@@ -157,6 +191,40 @@ def sample_video(
         raise MediaError(UNSUPPORTED_ASPECT, f"{part}: {exc} ({info.width}x{info.height})") from None
     return VideoSampling(
         frame_indices=tuple(int(i) for i in indices),
+        resized_height=int(height),
+        resized_width=int(width),
+        native_fps=info.native_fps,
+        total_frames=total,
+    )
+
+
+def _sample_hf_qwen3(
+    info: VideoInfo, video: VideoConfig, *, factor: int, temporal_factor: int, part: str
+) -> VideoSampling:
+    """``Qwen3VLVideoProcessor.sample_frames`` + ``resize`` + ``patchify``'s padding, from metadata::
+
+        n = min(max(int(n_frames / native_fps * fps), min_frames), max_frames, n_frames)
+        frame_indices = round(linspace(0, n_frames - 1, n)), then the last one repeated up to a
+                        multiple of temporal_factor (patchify pads with the last frame)
+        (h, w) = qwen3_vl smart_resize(n, h, w): n * h * w within [min_pixels, max_pixels]
+    """
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as video_smart_resize
+
+    total = info.n_frames
+    nframes = int(total / info.native_fps * video.fps)
+    nframes = min(max(nframes, video.min_frames), video.max_frames, total)
+    indices = [int(i) for i in np.linspace(0, total - 1, nframes).round().astype(np.int64)]
+    try:
+        height, width = video_smart_resize(
+            num_frames=nframes, height=info.height, width=info.width, temporal_factor=temporal_factor,
+            factor=factor, min_pixels=video.min_pixels, max_pixels=video.max_pixels,
+        )  # fmt: skip
+    except ValueError as exc:  # too few frames, or past 200:1
+        reason = UNSUPPORTED_ASPECT if "aspect" in str(exc) else CORRUPT_MEDIA
+        raise MediaError(reason, f"{part}: {exc} ({info.width}x{info.height}, {nframes} frames)") from None
+    indices += [indices[-1]] * (-len(indices) % temporal_factor)
+    return VideoSampling(
+        frame_indices=tuple(indices),
         resized_height=int(height),
         resized_width=int(width),
         native_fps=info.native_fps,

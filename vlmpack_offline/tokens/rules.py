@@ -1,14 +1,32 @@
 """Model-family rules for counting visual tokens, read from the processor directory.
 
-::
+Two folder layouts are read, with the same keys::
 
-    preprocessor_config.json   patch_size, merge_size, temporal_patch_size,
-                               min_pixels / max_pixels (Qwen2/2.5-VL) or
-                               size.shortest_edge / size.longest_edge (Qwen3-VL)
+    hub (from_pretrained downloads)          transformers 5 save_pretrained
+    preprocessor_config.json                 processor_config.json["image_processor"]
+    video_preprocessor_config.json           processor_config.json["video_processor"]
+
+    image settings   patch_size, merge_size, temporal_patch_size, min_pixels / max_pixels
+                     (Qwen2/2.5-VL) or size.shortest_edge / size.longest_edge (Qwen3-VL)
+    video settings   fps, min_frames, max_frames, size / min_pixels / max_pixels,
+                     patch_size, merge_size, temporal_patch_size
     config.json                model_type (unless model.model_type is set; when set, it must agree)
     *_config.json              processor_class (must agree with an explicit model.model_type)
-    model.processor_kwargs     min_pixels / max_pixels / size override the directory's,
+    model.processor_kwargs     min_pixels / max_pixels / size override the directory's image settings,
                                as they would in ``from_pretrained``
+
+Video sampling (``ModelRules.video``, then ``resolve_video``), per field, first found wins::
+
+    1. the config's ``video:`` section (a value that is not null)
+    2. the processor folder's video settings: fps, min_frames, max_frames, and min/max pixels
+       from size.shortest_edge / size.longest_edge (or min_pixels / max_pixels). A Qwen3-VL
+       folder's also selects ``sampler: hf_processor`` (HF's Qwen3VLVideoProcessor sampling, where
+       these pixel bounds cover frames * height * width), so counts equal the HF processor's;
+       set ``video.sampler: qwen_vl_utils`` to follow Qwen's recipe with such a folder.
+    3. the family's own recipe, qwen-vl-utils ``fetch_video`` with factor = patch * merge:
+       fps 2, frames 4..768, per-frame pixels 128 * factor**2 .. 768 * factor**2,
+       total 128000 * factor**2 * 0.9   (factor 28: Qwen2/2.5-VL, 100352 / 602112 / 90316800;
+       factor 32: Qwen3-VL / Qwen3.5, 131072 / 786432 / 117964800)
 
 For the Qwen-VL families (``FAST_FAMILIES``) tokens are computed from sizes; any
 other family is counted by running its HF processor (the slow path).
@@ -22,6 +40,7 @@ is accepted when the folder's own ``config.json`` declares it (remote-code model
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -29,15 +48,19 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
+from ..media.video import recipe_video
 
-__all__ = ["FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules", "known_model_types"]
+__all__ = [
+    "FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules", "known_model_types", "recipe_video",
+    "resolve_video", "processor_settings",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 # Families whose processor expands <|image_pad|>/<|video_pad|> by the smart_resize grid.
-QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
+QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})  # Qwen3VLProcessor
 FAST_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | QWEN3_FAMILIES
 # Files of a processor folder that may name its processor class ("processor_class").
 _PROCESSOR_CLASS_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
@@ -53,6 +76,7 @@ class ModelRules:
     temporal_patch_size: int = 2  # frames per temporal patch (an image counts as one)
     min_pixels: int = 56 * 56  # smart_resize lower bound for images
     max_pixels: int = 28 * 28 * 1280  # smart_resize upper bound for images
+    video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property
     def fast(self) -> bool:
@@ -157,8 +181,80 @@ def _check_model_type(model_type: str, path: Path, folder_type: str | None) -> N
         )
 
 
-def load_model_rules(model: ModelConfig) -> ModelRules:
-    """Read the rules for ``model`` (see module doc); raises ``ConfigError`` naming what is missing."""
+def resolve_video(video: VideoConfig | None, *defaults: VideoConfig | None, factor: int) -> VideoConfig:
+    """Every field set: ``video``'s own values, else the first of ``defaults`` that has one, else the recipe.
+
+    A default made for another sampler than the one ``video`` names is skipped whole: a Qwen3-VL
+    folder's pixel bounds cover all frames, the recipe's one frame, so they do not mix.
+    """
+    wanted = video.sampler if video is not None else None
+    layers = [video] if video is not None else []
+    layers += [d for d in defaults if d is not None and (wanted is None or d.sampler in (None, wanted))]
+    layers.append(recipe_video(factor))
+    values = {}
+    for f in dataclasses.fields(VideoConfig):
+        values[f.name] = next(getattr(v, f.name) for v in layers if getattr(v, f.name) is not None)
+    return VideoConfig(**values)
+
+
+def processor_settings(path: Path) -> tuple[dict, dict, str | None]:
+    """(image processor settings, video processor settings, the file they came from) for both layouts.
+
+    Hub layout: ``preprocessor_config.json`` + ``video_preprocessor_config.json``; transformers 5
+    ``save_pretrained``: ``processor_config.json`` with ``image_processor`` / ``video_processor`` dicts.
+    The hub files win where both exist (``from_pretrained`` reads them first).
+    """
+    image = _read_json(path / "preprocessor_config.json")
+    video = _read_json(path / "video_preprocessor_config.json")
+    source = "preprocessor_config.json" if image else None
+    nested = _read_json(path / "processor_config.json")
+    if not image and isinstance(nested.get("image_processor"), dict):
+        image, source = nested["image_processor"], "processor_config.json"
+    if not video and isinstance(nested.get("video_processor"), dict):
+        video = nested["video_processor"]
+    return image, video, source
+
+
+def _int_settings(merged: dict) -> dict:
+    """patch/merge/temporal sizes and min/max pixels (min_pixels/max_pixels win over size, as in HF)."""
+    settings: dict = {}
+    for name in ("patch_size", "merge_size", "temporal_patch_size"):
+        if merged.get(name) is not None:
+            settings[name] = int(merged[name])
+    size = dict(merged.get("size") or {})
+    for name, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        value = merged.get(name) if merged.get(name) is not None else size.get(edge)
+        if value is not None:
+            settings[name] = int(value)
+    return settings
+
+
+def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
+    """The video processor's sampling settings as a (partial) ``VideoConfig``; None when there are none.
+
+    Qwen3-VL's video processor samples frames itself (``do_sample_frames``) and bounds frames * pixels by
+    its size edges: that is ``sampler: hf_processor``. Qwen2/2.5-VL's bound each frame, as qwen-vl-utils does.
+    """
+    if not video:
+        return None
+    pixels = _int_settings(video)
+    hf = qwen3 and video.get("do_sample_frames", True) is not False
+    return VideoConfig(
+        fps=float(video["fps"]) if video.get("fps") is not None else None,
+        min_frames=int(video["min_frames"]) if video.get("min_frames") is not None else None,
+        max_frames=int(video["max_frames"]) if video.get("max_frames") is not None else None,
+        min_pixels=pixels.get("min_pixels"),
+        max_pixels=pixels.get("max_pixels"),
+        sampler="hf_processor" if hf else None,
+    )
+
+
+def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> ModelRules:
+    """Read the rules for ``model`` (see module doc); raises ``ConfigError`` naming what is missing.
+
+    ``video``: the config's ``video:`` section; its set fields win over the folder's and the recipe's
+    in ``rules.video`` (``probe_media`` resolves the same way when given the section later).
+    """
     path = Path(model.processor_path)
     if not path.is_dir():
         raise _missing_folder(path)
@@ -172,21 +268,14 @@ def load_model_rules(model: ModelConfig) -> ModelRules:
             model_type = "text"
         else:
             raise ConfigError(f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)")
-    pre = _read_json(path / "preprocessor_config.json")
+    pre, video_pre, _source = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
-    merged = {**pre, **model.processor_kwargs}
-    settings: dict = {}
-    for name in ("patch_size", "merge_size", "temporal_patch_size"):
-        if merged.get(name) is not None:
-            settings[name] = int(merged[name])
-    size = dict(merged.get("size") or {})
-    for name, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
-        value = merged.get(name) if merged.get(name) is not None else size.get(edge)
-        if value is not None:
-            settings[name] = int(value)
+    settings = _int_settings({**pre, **model.processor_kwargs})
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
     if not text_only and rules.fast and not pre:
         raise ConfigError(
-            f"{path} has no preprocessor_config.json: the {model_type} image settings are needed"
+            f"{path} has no preprocessor_config.json and no image_processor in processor_config.json: "
+            f"the {model_type} image settings are needed"
         )
-    return rules
+    folder = _folder_video(video_pre, qwen3=rules.qwen3)
+    return dataclasses.replace(rules, video=resolve_video(video, folder, factor=rules.factor))
