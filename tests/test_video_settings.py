@@ -1,0 +1,160 @@
+"""Video settings per family and from the processor folder, checked against the recipes they copy.
+
+Two oracles that are not our code:
+
+- Qwen's qwen-vl-utils recipe (``fetch_video`` + ``smart_nframes``, version 0.0.14). The PyPI
+  package imports torchvision at module level, so it cannot be imported here; its documented
+  constants and formulas are written out below (``_qwen_vl_utils_recipe``), with transformers'
+  ``smart_resize`` (the same function qwen-vl-utils ships) for the resize. Hand-checked
+  golden numbers pin the constants.
+- transformers' own ``Qwen3VLVideoProcessor`` loaded from the folder (hub
+  ``video_preprocessor_config.json`` and transformers-5 ``processor_config.json``): its real
+  ``sample_frames`` gives the frame indices; its ``resize`` needs torchvision, so the size comes
+  from transformers' Qwen3-VL video ``smart_resize`` called with the loaded processor's values, and the
+  prompt from the real ``Qwen3VLProcessor.replace_video_token``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from transformers import Qwen3VLProcessor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil, smart_resize
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as video_smart_resize
+from transformers.video_utils import VideoMetadata
+
+from vlmpack_offline.media import VideoInfo, sample_video
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import video_bytes
+from vlmpack_offline.tokens import VideoMedia, load_model_rules, make_counter
+
+# qwen-vl-utils 0.0.14 vision_process.py module constants
+VIDEO_MIN_TOKEN_NUM, VIDEO_MAX_TOKEN_NUM, MODEL_SEQ_LEN = 128, 768, 128000
+FPS, FRAME_FACTOR, FPS_MIN_FRAMES, FPS_MAX_FRAMES = 2.0, 2, 4, 768
+
+# (n_frames, native fps, height, width): short, long, portrait, tiny, 4K, odd fps, an odd HF frame count (7)
+VIDEOS = [(48, 24.0, 480, 640), (9000, 30.0, 1080, 1920), (300, 29.97, 1280, 720), (20, 10.0, 36, 48),
+          (1200, 60.0, 2160, 3840), (77, 12.5, 360, 202), (35, 10.0, 240, 320)]  # fmt: skip
+
+
+def _qwen_vl_utils_recipe(n_frames: int, fps: float, height: int, width: int, patch: int) -> tuple[int, int, int]:
+    """(nframes, resized_height, resized_width) as ``fetch_video(ele={"video": ...}, image_patch_size=patch)``."""
+    factor = patch * 2  # image_factor = image_patch_size * SPATIAL_MERGE_SIZE
+    min_frames = math.ceil(FPS_MIN_FRAMES / FRAME_FACTOR) * FRAME_FACTOR
+    max_frames = math.floor(min(FPS_MAX_FRAMES, n_frames) / FRAME_FACTOR) * FRAME_FACTOR
+    nframes = min(min(max(n_frames / fps * FPS, min_frames), max_frames), n_frames)
+    nframes = math.floor(nframes / FRAME_FACTOR) * FRAME_FACTOR
+    min_pixels = VIDEO_MIN_TOKEN_NUM * factor * factor
+    total_pixels = MODEL_SEQ_LEN * factor * factor * 0.9
+    max_pixels = max(min(VIDEO_MAX_TOKEN_NUM * factor * factor, total_pixels / nframes * FRAME_FACTOR),
+                     int(min_pixels * 1.05))  # fmt: skip
+    h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    return nframes, h, w
+
+
+def _config(make_config, directory, **video):
+    return make_config(wds_dir="unused", processor_dir=directory, video=video)
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [("qwen2_5_vl", (100352, 602112, 90316800)), ("qwen3_vl", (131072, 786432, 117964800))],
+)
+def test_family_defaults_are_the_qwen_vl_utils_ones_for_its_patch(tmp_path, make_config, family, expected):
+    # 128 / 768 tokens of (patch*2)**2 pixels per frame, 128000 * (patch*2)**2 * 0.9 in all: patch 14 vs 16
+    rules = load_model_rules(_config(make_config, build_processor_dir(tmp_path, family)).model)
+    video = rules.video
+    assert (video.min_pixels, video.max_pixels, video.total_pixels) == expected
+    assert (video.fps, video.min_frames, video.max_frames, video.sampler) == (2.0, 4, 768, "qwen_vl_utils")
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_sampler_with_family_defaults_equals_the_qwen_vl_utils_recipe(tmp_path, make_config, family):
+    rules = load_model_rules(_config(make_config, build_processor_dir(tmp_path, family)).model)
+    for n_frames, fps, height, width in VIDEOS:
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord")
+        got = sample_video(info, rules.video, factor=rules.factor, temporal_factor=rules.temporal_patch_size)
+        nframes, h, w = _qwen_vl_utils_recipe(n_frames, fps, height, width, rules.patch_size)
+        assert (got.n_frames, got.resized_height, got.resized_width) == (nframes, h, w), (n_frames, fps, height, width)
+        assert got.frame_indices == tuple(int(i) for i in np.linspace(0, n_frames - 1, nframes).round())
+
+
+def test_qwen3_golden_case_hand_checked(tmp_path, make_config):
+    # 10 s of 1080p at 30 fps -> 2 fps = 20 frames; per-frame cap min(768*32*32, 117964800/20*2) = 786432;
+    # 1080x1920 -> beta = sqrt(1080*1920/786432) = 1.6238 -> floor(665.1/32)*32 = 640, floor(1182.4/32)*32 = 1152
+    rules = load_model_rules(_config(make_config, build_processor_dir(tmp_path, "qwen3_vl")).model)
+    info = VideoInfo(n_frames=300, native_fps=30.0, height=1080, width=1920, backend="decord")
+    got = sample_video(info, rules.video, factor=rules.factor)
+    assert (got.n_frames, got.resized_height, got.resized_width) == (20, 640, 1152)
+
+
+@pytest.fixture(params=["hub", "transformers5"])
+def qwen3_video_dir(request, tmp_path):
+    """A Qwen3-VL folder with the video processor settings, in either layout."""
+    return build_processor_dir(tmp_path / request.param, "qwen3_vl", layout=request.param, video=True)
+
+
+def test_qwen3_folder_video_settings_give_the_hf_video_processor_frames_and_tokens(qwen3_video_dir, make_config):
+    counter = make_counter(_config(make_config, qwen3_video_dir))
+    video_processor = Qwen3VLVideoProcessor.from_pretrained(qwen3_video_dir)  # reads either layout itself
+    assert counter.rules.video.sampler == "hf_processor"
+    assert (counter.rules.video.min_pixels, counter.rules.video.max_pixels) == (
+        video_processor.size.shortest_edge,
+        video_processor.size.longest_edge,
+    )
+    image_only = type("P", (Qwen3VLProcessor,), {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])})
+    processor = image_only(
+        image_processor=Qwen2VLImageProcessorPil.from_pretrained(qwen3_video_dir),
+        tokenizer=counter.tokenizer,
+        chat_template=counter.tokenizer.chat_template,
+    )
+    processor.video_processor = video_processor  # replace_video_token reads merge/temporal sizes from it
+    for n_frames, fps, height, width in VIDEOS:
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord")
+        got = sample_video(info, counter.rules.video, factor=counter.rules.factor)
+        metadata = VideoMetadata(total_num_frames=n_frames, fps=fps)
+        indices = [int(i) for i in video_processor.sample_frames(metadata)]
+        h, w = video_smart_resize(
+            num_frames=len(indices), height=height, width=width,
+            temporal_factor=video_processor.temporal_patch_size,
+            factor=video_processor.patch_size * video_processor.merge_size,
+            min_pixels=video_processor.size.shortest_edge, max_pixels=video_processor.size.longest_edge,
+        )  # fmt: skip
+        padded = indices + [indices[-1]] * (len(indices) % 2)  # patchify repeats the last frame
+        assert got.frame_indices == tuple(padded) and (got.resized_height, got.resized_width) == (h, w)
+        grid = np.array([[math.ceil(len(indices) / 2), h // 16, w // 16]])
+        metadata.frames_indices = indices
+        text = processor.replace_video_token({"video_grid_thw": grid, "video_metadata": [metadata]}, 0)
+        expected = counter.tokenizer(text, add_special_tokens=False)["input_ids"]
+        size = counter.expander.replacement_size(VideoMedia(sampling=got))
+        assert size.tokens == len(expected)
+        assert counter.tokenizer(counter.expander.replacement_text(VideoMedia(sampling=got)),
+                                 add_special_tokens=False)["input_ids"] == expected  # fmt: skip
+
+
+def test_config_video_values_win_over_the_folder(qwen3_video_dir, make_config):
+    data = video_bytes(24, 12, 96, 64)
+    folder = make_counter(_config(make_config, qwen3_video_dir)).probe("video", data, part="v.mp4")
+    fewer = make_counter(_config(make_config, qwen3_video_dir, max_frames=4)).probe("video", data, part="v.mp4")
+    assert folder.sampling.n_frames == 4 and fewer.sampling.n_frames == 4  # 2 s at 2 fps, either way
+    slower = make_counter(_config(make_config, qwen3_video_dir, fps=1.0, min_frames=2)).probe("video", data)
+    assert slower.sampling.n_frames == 2
+    # the recipe instead of the folder: per-frame bounds 131072..786432, frames rounded to pairs
+    recipe = make_counter(_config(make_config, qwen3_video_dir, sampler="qwen_vl_utils")).probe("video", data)
+    nframes, h, w = _qwen_vl_utils_recipe(24, 12.0, 64, 96, 16)
+    assert (recipe.sampling.n_frames, recipe.sampling.resized_height, recipe.sampling.resized_width) == (nframes, h, w)
+    tighter = make_counter(
+        _config(make_config, qwen3_video_dir, sampler="qwen_vl_utils", min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 8)
+    ).probe("video", data)
+    assert tighter.sampling.resized_height * tighter.sampling.resized_width <= 32 * 32 * 8
+
+
+def test_transformers5_folder_without_preprocessor_config_counts_on_the_fast_path(tmp_path, make_config):
+    directory = build_processor_dir(tmp_path, "qwen2_5_vl", layout="transformers5", video=True)
+    assert not (directory / "preprocessor_config.json").exists()
+    rules = load_model_rules(_config(make_config, directory).model)
+    assert rules.fast and (rules.patch_size, rules.min_pixels, rules.max_pixels) == (14, 3136, 12845056)
+    assert (rules.video.min_pixels, rules.video.max_pixels, rules.video.sampler) == (100352, 602112, "qwen_vl_utils")
