@@ -12,6 +12,7 @@ the parent gets the real error (a ``VlmpackError``, one line) and shuts the pool
 A worker killed from outside (out of memory, ``kill -9``) ends the stage with
 ``WorkerDiedError``, also one line; finished shards stay committed, so a rerun resumes.
 With ``workers <= 1`` everything runs in this process, through the same checks.
+``stage_map`` picks this pool or Ray's (``process.executor``: ``ray_executor.ray_map``, same contract).
 
     for outcome in process_map(scan_shard, tasks, workers=4, initializer=init, initargs=(config,)):
         ...
@@ -31,7 +32,7 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError, VlmpackError
 
-__all__ = ["WorkerStartError", "WorkerDiedError", "process_map", "start_worker"]
+__all__ = ["WorkerStartError", "WorkerDiedError", "check_executor", "process_map", "stage_map", "start_worker"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -154,3 +155,32 @@ def _take(source: Iterator[T], n: int) -> list[T]:
         if len(out) == n:
             break
     return out
+
+
+def stage_map(
+    process: Any,
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    workers: int,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple = (),
+    ordered: bool = True,
+    stage: str = "this stage",
+) -> Iterator[R]:
+    """``process_map``, or ``ray_map`` when ``process.executor`` (a ``ProcessConfig``) is ``ray``."""
+    if process.executor == "ray":
+        from .ray_executor import ray_map  # ray is optional: imported only when asked for
+
+        return ray_map(fn, items, workers=process.workers, address=process.ray_address, initializer=initializer,
+                       initargs=initargs, ordered=ordered, stage=stage)  # fmt: skip
+    return process_map(fn, items, workers=workers, initializer=initializer, initargs=initargs,
+                       ordered=ordered, stage=stage)  # fmt: skip
+
+
+def check_executor(process: Any) -> None:
+    """Before a stage touches anything: ``executor: ray`` needs ray installed (one-line ConfigError)."""
+    if process.executor == "ray":
+        from .ray_executor import require_ray
+
+        require_ray()

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ..artifacts import atomic_open, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, ShardError, StaleArtifactError
-from ..executor import process_map
+from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
 from ..stage_result import StageResult
@@ -139,7 +139,8 @@ def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Ma
 
 
 def _outcomes(config: Config, tasks: list[ShardTask]):
-    """Yield one ShardOutcome per task, as they finish: in this process for one worker, else a pool.
+    """Yield one ShardOutcome per task, as they finish: in this process for one worker, else a pool
+    (``process.executor: ray``: one Ray task per shard, whatever the worker count).
 
     A worker that cannot start (processor folder, tokenizer, a missing package) ends the
     scan with its one-line error, whatever process.workers is (``executor.process_map``).
@@ -147,7 +148,8 @@ def _outcomes(config: Config, tasks: list[ShardTask]):
     if not tasks:  # every shard already in (a rerun after the last commit): no tokenizer to load
         return
     workers = min(config.process.workers, len(tasks))
-    yield from process_map(
+    yield from stage_map(
+        config.process,
         scan_in_worker,
         tasks,
         workers=workers,
@@ -216,6 +218,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     start = time.perf_counter()
     if limit_shards is not None and limit_shards < 1:
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
+    check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
     load_model_rules(config.model)  # a wrong processor path or model_type, said before anything is opened
     tasks = discover_shards(config.data.wds_dir)

@@ -7,6 +7,8 @@
                      JSON header + raw bytes, bound to the run's fingerprint: output/scratch.py)
                     ──> shard assignment (pure function of plan + sizes, streamed: output/shard_plan.py)
                     ──writer threads, one shard each, as soon as it closes──> pretrain-%06d.tar.tmp -> rename
+                    (process.executor: ray: describe = one Ray task per chunk, writer = one per shard;
+                     the driver alone keeps the marker and writes .nv-meta, so the bytes are the same)
                     ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack.json, vlmpack_write.json}
 
 ``vlmpack.json`` records the model/video/sample settings the plan was made with and a
@@ -50,7 +52,7 @@ from pathlib import Path
 from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
-from ..executor import process_map
+from ..executor import check_executor, stage_map
 from ..manifest import Manifest, manifest_path
 from ..output.energon_meta import (
     META_DIR,
@@ -232,9 +234,14 @@ def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ..
     ]
 
 
-def _chunk_for_writing(config: Config, fp: str, packs: list[Pack], chunk_no: int) -> list[Described]:
+def _chunk_ids(packs: list[Pack], job: ShardJob) -> dict[int, list[int]]:
+    """The pack ids of every scratch chunk ``job`` reads (what its task needs of the plan)."""
+    chunks = sorted({position // _SIZE_CHUNK for position in job.positions})
+    return {c: [p.pack_id for p in packs[c * _SIZE_CHUNK : (c + 1) * _SIZE_CHUNK]] for c in chunks}
+
+
+def _chunk_for_writing(config: Config, fp: str, pack_ids: list[int], chunk_no: int) -> list[Described]:
     path = chunk_path(config.packed_wds_dir, chunk_no)
-    pack_ids = [p.pack_id for p in packs[chunk_no * _SIZE_CHUNK : (chunk_no + 1) * _SIZE_CHUNK]]
     described = load_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids)
     if described is None:
         raise ShardError(f"{path} changed while `vlmpack write` ran: another process writes to "
@@ -243,9 +250,10 @@ def _chunk_for_writing(config: Config, fp: str, packs: list[Pack], chunk_no: int
 
 
 def _write_shard(
-    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], job: ShardJob
+    config: Config, fp: str, shard_paths: dict[str, str], job: tuple[ShardJob, dict[int, list[int]]]
 ) -> tuple[str, int, int]:
-    """Write one output shard from the described packs of its scratch chunks."""
+    """Write one output shard from the described packs of its scratch chunks (``_chunk_ids``)."""
+    job, chunk_ids = job
     files = SourceFiles(shard_paths)
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
     loaded: dict[int, list] = {}
@@ -253,7 +261,7 @@ def _write_shard(
         for pack, position in zip(job.packs, job.positions, strict=True):
             chunk_no = position // _SIZE_CHUNK
             if chunk_no not in loaded:
-                loaded = {chunk_no: _chunk_for_writing(config, fp, packs, chunk_no)}
+                loaded = {chunk_no: _chunk_for_writing(config, fp, chunk_ids[chunk_no], chunk_no)}
             json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
             members = [(JSON_PART, json_bytes)]
             members.extend((part, files.read(shard, offset, size)) for part, shard, offset, size in media)
@@ -270,13 +278,40 @@ def _write_shard(
     return job.name, len(job.packs), size
 
 
-def _described_sizes(chunks: list, workers: int) -> Iterator[list[int]]:
-    """``_describe_packs`` over the chunks in plan order: in this process, or ``workers`` forked ones.
+def _described_sizes(config: Config, chunks: list) -> Iterator[list[int]]:
+    """``_describe_packs`` over the chunks in plan order: in this process, ``workers`` forked ones,
+    or one Ray task per chunk (``process.executor: ray``).
 
     The pool forks its processes at the first submit, before any writer thread exists; a worker
     killed from outside ends the stage with one line (``executor.WorkerDiedError``).
     """
-    yield from process_map(_describe_packs, chunks, workers=min(workers, len(chunks)), ordered=True, stage="write")
+    workers = min(config.process.workers, len(chunks))
+    yield from stage_map(config.process, _describe_packs, chunks, workers=workers, ordered=True, stage="write-describe")
+
+
+def _shard_writers(config: Config, shared: tuple):
+    """Where shards are written: threads here, or one Ray task per output shard (tar to .tmp, renamed).
+
+    Either way ``submit(job).result()`` gives (name, packs, bytes) back to this driver, which alone
+    keeps the marker.
+    """
+    if config.process.executor == "ray":
+        from ..ray_executor import RayTaskPool
+
+        return RayTaskPool(_write_shard, shared, workers=config.process.workers,
+                           address=config.process.ray_address, stage="write")  # fmt: skip
+    return _ThreadWriters(shared, max(1, config.process.workers))
+
+
+class _ThreadWriters(ThreadPoolExecutor):
+    """Writing is mostly ``pread``/``write`` system calls that release the GIL: threads suffice here."""
+
+    def __init__(self, shared: tuple, workers: int) -> None:
+        super().__init__(max_workers=workers, thread_name_prefix="vlmpack-write")
+        self._shared = shared
+
+    def submit(self, job):  # type: ignore[override]
+        return super().submit(_write_shard, *self._shared, job)
 
 
 def _describe_and_write(
@@ -284,12 +319,12 @@ def _describe_and_write(
 ) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
-    Writing runs on threads: it is mostly ``pread``/``write`` system calls that release
+    Writing runs on threads (or Ray tasks, ``_shard_writers``): it is mostly ``pread``/``write`` system calls that release
     the GIL, so it overlaps the describing. A shard's name goes into the marker's
     ``shards`` count (``recorded``) before its file is created; a shard counts as already
     written only when it is recorded there. Returns (all shards, shards written).
     """
-    out_dir, workers = config.packed_wds_dir, config.process.workers
+    out_dir = config.packed_wds_dir
     chunks = [
         (config, fp, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
         for i in range(0, len(packs), _SIZE_CHUNK)
@@ -297,7 +332,7 @@ def _describe_and_write(
     assigner = ShardAssigner(maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
     jobs: list[ShardJob] = []
     started = [recorded]  # shards 0 .. started-1 are in the marker
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlmpack-write") as writers:
+    with _shard_writers(config, (config, fp, shard_paths)) as writers:
         futures = []
 
         def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
@@ -310,10 +345,10 @@ def _describe_and_write(
                     if job.index >= started[0]:
                         started[0] = job.index + 1
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
-                    futures.append(writers.submit(_write_shard, config, fp, shard_paths, packs, job))
+                    futures.append(writers.submit((job, _chunk_ids(packs, job))))
 
         position = 0
-        for sizes in _described_sizes(chunks, workers):
+        for sizes in _described_sizes(config, chunks):
             for size in sizes:
                 submit(assigner.add(packs[position], position, size))
                 position += 1
@@ -371,6 +406,7 @@ def run(config: Config) -> StageResult:
     out_dir = config.packed_wds_dir
     if not config.data.packed_wds_dir:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
+    check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)
     meta, packs = _load_plan(config)
     if not manifest_path(config.work_dir).is_file():

@@ -1,0 +1,243 @@
+"""``process.executor: ray``: the stages' tasks as Ray tasks; the driver alone commits what they return.
+
+Same contract as ``executor.process_map`` (results in item order or as they finish, a
+worker set up once, one-line errors), on a Ray cluster::
+
+    driver ── ray.init (process.ray_address | env RAY_ADDRESS | local cluster of process.workers CPUs)
+           ── submit (2 x cluster CPUs in flight) ──► task: setup once per worker process, then fn(item)
+           ◄── (ok, result) or (failed, VlmpackError) ── the driver commits (manifest row, marker)
+
+* scan: one task per source shard; write: one task per chunk of packs (describe) and one per
+  output shard (``RayTaskPool``, the tar written to ``.tmp`` then renamed, as the local threads do).
+* A worker lost mid-task (node gone, OOM kill) is retried ``MAX_RETRIES`` times by Ray; a task's own
+  error is not retried, it stops the stage with its one line.
+* The setup (``initializer(*initargs)``: the scan's tokenizer) runs once per worker process and
+  per distinct ``initargs``: Ray reuses its worker processes across tasks.
+* Inputs and outputs must be on a filesystem every node sees (or fsspec URLs).
+
+``import ray`` happens only here; without ray installed ``executor: ray`` is a one-line ConfigError.
+Test hooks (environment of the driver, never set in production):
+``VLMPACK_TEST_RAY_CRASH=<item index>:<marker file>`` makes the first attempt of that task exit
+(``os._exit(1)``, as a killed worker); ``VLMPACK_TEST_RAY_DIE_AFTER=<stage>:<N>`` SIGKILLs the
+driver when it comes back for more after N results of that stage (N shards committed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import signal
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from .errors import ConfigError, VlmpackError
+from .executor import WorkerDiedError, start_worker
+
+__all__ = ["MAX_RETRIES", "ray_map", "RayTaskPool", "ensure_ray", "require_ray"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_RETRIES = 3  # attempts after a lost worker (Ray's own default); a task's exception is never retried
+_IN_FLIGHT_PER_CPU = 2
+_CRASH_HOOK = "VLMPACK_TEST_RAY_CRASH"
+_DIE_HOOK = "VLMPACK_TEST_RAY_DIE_AFTER"
+
+# in a worker process: initializer's qualified name -> (initargs digest, its failure or None)
+_STARTED: dict[str, tuple[str, VlmpackError | None]] = {}
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "process.executor is ray but the ray package is not installed: "
+            "pip install 'vlmpack-offline[ray]' (ray>=2.40), or set process.executor: local"
+        ) from None
+    return ray
+
+
+def ensure_ray(*, workers: int, address: str | None):
+    """Connect once: a running ``ray.init`` is reused; else ``address`` / ``RAY_ADDRESS`` / a local cluster."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise ConfigError(
+                f"cannot join the Ray cluster at {address!r}: {' '.join(str(exc).split())} "
+                "(check process.ray_address / RAY_ADDRESS, or leave both unset for a local cluster)"
+            ) from None
+    return ray
+
+
+# -- worker side ----------------------------------------------------------------------------
+def _set_up(initializer: Callable[..., Any] | None, digest: str, initargs: tuple) -> None:
+    """Run the initializer once per worker process and initargs; keep and re-raise its failure."""
+    if initializer is None:
+        return
+    name = f"{initializer.__module__}.{initializer.__qualname__}"
+    if _STARTED.get(name, ("", None))[0] != digest:
+        try:
+            start_worker(initializer, initargs)
+            _STARTED[name] = (digest, None)
+        except VlmpackError as exc:
+            _STARTED[name] = (digest, exc)
+    failure = _STARTED[name][1]
+    if failure is not None:
+        raise failure
+
+
+def _task(fn, initializer, digest, initargs, item, crash_marker, shared=None):
+    """One Ray task: (True, fn(item)) or (False, the VlmpackError it raised), so the driver shows one line.
+
+    ``shared`` (an object ref, resolved by Ray): ``fn(*shared, item)`` instead.
+    """
+    if crash_marker and not os.path.exists(crash_marker):  # test hook: this attempt dies like a killed worker
+        with open(crash_marker, "w"):
+            pass
+        os._exit(1)
+    try:
+        _set_up(initializer, digest, initargs)
+        return True, (fn(item) if shared is None else fn(*shared, item))
+    except VlmpackError as exc:
+        return False, exc
+
+
+_REMOTE: dict[str, Any] = {}
+
+
+def _remote(ray):
+    if "task" not in _REMOTE:
+        _REMOTE["task"] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_task)
+    return _REMOTE["task"]
+
+
+# -- driver side ----------------------------------------------------------------------------
+def _crash_target() -> tuple[int, str] | None:
+    value = os.environ.get(_CRASH_HOOK)
+    if not value:
+        return None
+    index, _, marker = value.partition(":")
+    return int(index), marker
+
+
+def _die_after(stage: str) -> int | None:
+    value = os.environ.get(_DIE_HOOK, "")
+    name, _, count = value.rpartition(":")
+    return int(count) if value and name == stage else None
+
+
+def _maybe_die(stage: str, done: int) -> None:
+    limit = _die_after(stage)
+    if limit is not None and done >= limit:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _unwrap(ray, ref, stage: str):
+    try:
+        ok, value = ray.get(ref)
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+            ray.exceptions.OutOfMemoryError) as exc:  # fmt: skip
+        raise WorkerDiedError(
+            f"a {stage} Ray task lost its worker {MAX_RETRIES + 1} times ({type(exc).__name__}): "
+            "rerun the same command to resume; check the cluster's memory and nodes"
+        ) from None
+    if not ok:
+        raise value
+    return value
+
+
+def ray_map(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    workers: int,
+    address: str | None = None,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple = (),
+    ordered: bool = True,
+    stage: str = "this stage",
+) -> Iterator[R]:
+    """``executor.process_map`` on Ray: ``fn(item)`` per item as one task, results to the driver."""
+    ray = ensure_ray(workers=workers, address=address)
+    task = _remote(ray)
+    digest = hashlib.sha256(pickle.dumps(initargs)).hexdigest() if initializer else ""
+    args_ref = ray.put(initargs)  # sent once, not per task
+    crash = _crash_target()
+    window = max(workers, int(ray.cluster_resources().get("CPU", 1))) * _IN_FLIGHT_PER_CPU
+    numbered = enumerate(items)
+
+    def submit(n: int):
+        out = []
+        for index, item in numbered:
+            marker = crash[1] if crash and crash[0] == index else None
+            out.append(task.remote(fn, initializer, digest, args_ref, item, marker))
+            if len(out) == n:
+                break
+        return out
+
+    running = deque(submit(window))
+    done = 0
+    try:
+        while running:
+            if ordered:
+                ref = running.popleft()
+            else:
+                ready, _ = ray.wait(list(running), num_returns=1)
+                ref = ready[0]
+                running.remove(ref)
+            result = _unwrap(ray, ref, stage)
+            running.extend(submit(1))
+            yield result
+            done += 1
+            _maybe_die(stage, done)
+    finally:
+        for ref in running:
+            ray.cancel(ref, force=True)
+
+
+class RayTaskPool:
+    """``submit(item)`` runs ``fn(*shared, item)`` as a Ray task; ``shared`` is sent to the cluster once.
+
+    Futures answer ``result()``, as ``concurrent.futures`` ones do (write's shard writers).
+    """
+
+    def __init__(self, fn: Callable[..., R], shared: tuple, *, workers: int, address: str | None, stage: str):
+        self._ray = ensure_ray(workers=workers, address=address)
+        self._task = _remote(self._ray)
+        self._fn, self._stage = fn, stage
+        self._shared = self._ray.put(shared)
+        self._submitted: list = []
+
+    def submit(self, item) -> _RayFuture:
+        limit = _die_after(self._stage)
+        if limit is not None and len(self._submitted) >= limit:  # test hook: die with N tasks finished
+            self._ray.wait(self._submitted, num_returns=len(self._submitted))
+            _maybe_die(self._stage, len(self._submitted))
+        ref = self._task.remote(self._fn, None, "", (), item, None, self._shared)
+        self._submitted.append(ref)
+        return _RayFuture(self._ray, ref, self._stage)
+
+    def __enter__(self) -> RayTaskPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:
+            for ref in self._submitted:
+                self._ray.cancel(ref, force=True)
+
+
+class _RayFuture:
+    def __init__(self, ray, ref, stage: str) -> None:
+        self._ray, self._ref, self._stage = ray, ref, stage
+
+    def result(self):
+        return _unwrap(self._ray, self._ref, self._stage)
