@@ -5,7 +5,9 @@ image processor + tokenizer, because their video processor needs torchvision) wi
 real ``Qwen2VLImageProcessorPil`` on the decoded image: its ``input_ids`` are compared
 token by token with ``materialize`` and by length with ``count``. Videos use the real
 processor's ``replace_video_token`` on the grid the image processor gives for the
-sampled frames.
+sampled frames. Each family runs on both processor-folder layouts: the hub files and the
+transformers-5 ``save_pretrained`` output (``processor_config.json``), which the real image
+processor reads by itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from transformers.video_utils import VideoMetadata
 from vlmpack_offline.config import VideoConfig
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.media import VideoInfo, decode_frames, sample_video
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range
 from vlmpack_offline.tokens import (
@@ -53,16 +56,38 @@ def dataset(tmp_path_factory) -> list[tuple[str, object, dict[str, bytes]]]:
     return samples
 
 
-@pytest.fixture(params=sorted(FAMILIES))
-def family(request, qwen25_processor_dir, qwen3_processor_dir, make_config):
-    """(counter, real processor, image processor) for one model family."""
-    directory = qwen25_processor_dir if request.param == "qwen2_5_vl" else qwen3_processor_dir
+@pytest.fixture(scope="module")
+def transformers5_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Folders as transformers 5 ``save_pretrained`` writes them: ``processor_config.json``, no preprocessor_config.
+
+    Qwen2.5-VL's carries its video processor section (per-frame bounds, so the image-processor grid of a
+    sampled frame is the video grid); Qwen3-VL's video section is checked in ``test_video_settings.py``.
+    """
+    return {
+        name: build_processor_dir(
+            tmp_path_factory.mktemp(f"t5_{name}"), name, layout="transformers5", video=name == "qwen2_5_vl"
+        )
+        for name in FAMILIES
+    }
+
+
+@pytest.fixture(
+    params=[(name, layout) for name in sorted(FAMILIES) for layout in ("hub", "transformers5")],
+    ids=lambda p: "-".join(p),
+)
+def family(request, qwen25_processor_dir, qwen3_processor_dir, transformers5_dirs, make_config):
+    """(counter, real processor, image processor) for one model family and processor-folder layout."""
+    name, layout = request.param
+    hub = {"qwen2_5_vl": qwen25_processor_dir, "qwen3_vl": qwen3_processor_dir}
+    directory = hub[name] if layout == "hub" else transformers5_dirs[name]
+    if layout == "transformers5":
+        assert not (directory / "preprocessor_config.json").exists()
     counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(directory)
     # image processor + tokenizer only: the class's video processor needs torchvision
     cls = type(
         "ImageOnly",
-        (FAMILIES[request.param],),
+        (FAMILIES[name],),
         {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])},
     )
     processor = cls(
