@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from vlmpack_offline.cli import cli
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.errors import PlanError, StaleArtifactError
+from vlmpack_offline.errors import StaleArtifactError
 from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
-from vlmpack_offline.plan_file import plan_path, read_plan, read_plan_meta
+from vlmpack_offline.plan_file import Pack, export_jsonl, plan_path, read_plan, read_plan_meta
 from vlmpack_offline.stages import bucket, plan, stats
 
 CAPACITY = 1000
@@ -117,16 +117,46 @@ def test_new_manifest_makes_bins_stale(tmp_path):
         stats.run(config)
 
 
-def test_changed_lengths_are_refused_before_the_plan_is_written(tmp_path):
+def test_reading_the_plan_against_another_manifest_is_refused(tmp_path):
     config = _config(tmp_path)
     _write_manifest(config.work_dir)
-    bucket.run(config)
+    _run_all(config)
     with Manifest(manifest_path(config.work_dir)) as manifest:
-        manifest.conn.execute("UPDATE samples SET token_len = token_len - 1 WHERE id = 'part-000.tar/k0'")
-        manifest.conn.commit()
-    with pytest.raises(PlanError, match="changed since bucket"):
-        plan.run(config)
-    assert not plan_path(config.work_dir).exists()
+        manifest.set_meta({"fingerprint": "a-new-scan"})
+    with pytest.raises(StaleArtifactError, match="rerun `vlmpack bucket` and `vlmpack plan`"):
+        next(read_plan(config.work_dir))  # ids are resolved from the manifest's ok rows: they must be the planned ones
+
+
+def test_bucket_drops_samples_over_capacity_as_overlong(tmp_path):
+    config = _config(tmp_path)
+    ok = _write_manifest(config.work_dir, drops=("bad_json",))
+    _run_all(config)
+    assert not (config.work_dir / "bins" / "overlong.jsonl").read_text()
+    small = _config(tmp_path, sample={"max_token_len": CAPACITY // 2})
+    result_bucket, _ = _run_all(small)
+    report = [json.loads(line) for line in (small.work_dir / "bins" / "overlong.jsonl").read_text().splitlines()]
+    too_long = {sid for sid, n in ok.items() if n > CAPACITY // 2}
+    assert {r["id"] for r in report} == too_long and too_long
+    assert result_bucket.counts["dropped_overlong"] == len(too_long)
+    first = report[0]
+    assert first == {"id": first["id"], "status": "overlong", "token_len": ok[first["id"]],
+                     "error": f"sample is too long ({ok[first['id']]} > {CAPACITY // 2} tokens): "
+                              "raise sample.max_token_len or leave it dropped"}
+    packed = [sid for pack in read_plan(small.work_dir) for sid in pack.sample_ids]
+    assert sorted(packed + [r["id"] for r in report]) == sorted(ok)
+    meta = read_plan_meta(small.work_dir)
+    assert meta["drops"] == {"bad_json": 2, "overlong": len(too_long)}
+    assert meta["n_samples"] == len(packed)
+
+
+def test_plan_exports_readable_jsonl(tmp_path):
+    config = _config(tmp_path)
+    _write_manifest(config.work_dir)
+    _run_all(config)
+    out = export_jsonl(config.work_dir)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [Pack.from_json(line) for line in lines] == list(read_plan(config.work_dir))
+    assert all(line["total_token_len"] == sum(line["sample_token_lens"]) for line in lines)
 
 
 def test_val_split_by_count_and_by_ratio(tmp_path):
@@ -224,10 +254,10 @@ def test_rerun_after_a_crash_gives_the_identical_files(tmp_path):
     plan_file = plan_path(crashed.work_dir)
     plan_file.write_bytes(plan_file.read_bytes()[:100])
     (crashed.work_dir / "pack_plan.meta.json").unlink()
-    (crashed.work_dir / "pack_plan.jsonl.tmp").write_text("{partial")
+    (crashed.work_dir / "pack_plan.npz.tmp").write_text("{partial")
     (crashed.work_dir / "bins" / "meta.json").unlink()
     (crashed.work_dir / "bins" / "image.indexes.npy").write_bytes(b"junk")
     bucket_again, plan_again = _run_all(crashed)
     assert not bucket_again.skipped and not plan_again.skipped
-    for name in ("pack_plan.jsonl", "pack_plan.meta.json", "bins/image.indexes.npy", "bins/meta.json"):
+    for name in ("pack_plan.npz", "pack_plan.meta.json", "bins/image.indexes.npy", "bins/meta.json"):
         assert (crashed.work_dir / name).read_bytes() == (clean.work_dir / name).read_bytes(), name

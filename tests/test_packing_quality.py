@@ -64,7 +64,7 @@ def test_golden_limits():
 
 
 def test_overlong_sample_is_refused_with_the_fix():
-    with pytest.raises(PlanError, match=r"token_len 11, outside 1\.\.10.*rerun `vlmpack scan`"):
+    with pytest.raises(PlanError, match=r"token_len 11, outside 1\.\.10.*`vlmpack bucket` drops longer samples as overlong"):
         pack_samples(np.array([3, 11]), PackLimits(capacity=10))
 
 

@@ -1,27 +1,49 @@
-"""The plan's artifact: ``work_dir/pack_plan.jsonl``, one pack per line, in training order.
+"""The plan's artifact: ``work_dir/pack_plan.npz``, packs in training order as flat numpy arrays.
 
 ::
 
-    {"pack_id": 0, "split": "train", "media_type": "image",
-     "sample_ids": ["part-000.tar/k1", ...], "sample_token_lens": [812, ...],
-     "total_token_len": 8170, "media_tokens": 6400}
+    pack_plan.npz  (a zip of .npy, stored uncompressed, fixed timestamps: same plan, same bytes)
+      pack_offsets   int64 [P + 1]  pack p = rows pack_offsets[p]:pack_offsets[p+1] of the arrays below
+      sample_index   int64 [N]      the sample's position among the manifest's ok rows (shard, seq order)
+      token_len      int32 [N]      token_len of each sample, in pack order (longest first)
+      split          int8  [P]      0 train, 1 val
+      group          int8  [P]      index into meta["groups"] (media type, or "mixed")
+      media_tokens   int64 [P]      visual tokens in the pack
+      id_bytes       uint8 [..]     only when meta["ids"] == "stored": the ids, utf-8, concatenated
+      id_offsets     int64 [N + 1]  only then: id i = id_bytes[id_offsets[i]:id_offsets[i+1]]
+    pack_plan.meta.json  fingerprint, capacity, seed, counts, groups, ids ("manifest" | "stored"),
+                         manifest_fingerprint; written last (marks the plan complete)
 
-Field names follow the published tool (``pack_id``, ``sample_ids``,
-``sample_token_lens``, ``total_token_len``); ``split`` and ``media_tokens`` are ours.
-What the plan was built from sits beside it in ``pack_plan.meta.json``
-(fingerprint, capacity, seed, counts), so the pack lines stay plain.
+``plan`` stores no ids (``ids: manifest``): they are resolved from the manifest's ok
+rows when read, which must still carry the fingerprint the plan recorded. That keeps a
+100M-sample plan at ~1.5 GiB of arrays, written in seconds. ``write_plan`` (a list of
+``Pack``) stores the ids once in the file. ``read_plan`` yields the same ``Pack`` records
+either way; ``export_jsonl`` writes the readable ``pack_plan.jsonl`` (one pack per line,
+the published tool's field names ``pack_id``, ``sample_ids``, ``sample_token_lens``,
+``total_token_len``, plus ``split``, ``media_type``, ``media_tokens``) on request.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import atomic_open, canonical_json
+import numpy as np
 
-__all__ = ["Pack", "plan_path", "plan_meta_path", "write_plan", "read_plan", "read_plan_meta"]
+from .artifacts import atomic_open, canonical_json
+from .errors import StaleArtifactError
+
+__all__ = [
+    "Pack", "PlanArrays", "plan_path", "plan_meta_path", "jsonl_path", "write_plan", "write_plan_arrays",
+    "read_plan", "read_plan_arrays", "read_plan_meta", "export_jsonl", "SPLITS",
+]
+
+SPLITS = ("train", "val")  # split code = position
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_BLOCK = 50_000  # packs per block when resolving ids
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,30 +82,152 @@ class Pack:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanArrays:
+    pack_offsets: np.ndarray  # int64 [P + 1]
+    token_len: np.ndarray  # int32 [N], pack order
+    split: np.ndarray  # int8 [P], code into SPLITS
+    group: np.ndarray  # int8 [P], code into group_names
+    media_tokens: np.ndarray  # int64 [P]
+    group_names: tuple[str, ...]  # media type per group code
+    sample_index: np.ndarray | None = None  # int64 [N], ok-row index in the manifest (ids: manifest)
+    id_bytes: np.ndarray | None = None  # uint8, ids concatenated (ids: stored)
+    id_offsets: np.ndarray | None = None  # int64 [N + 1] (ids: stored)
+
+    @property
+    def n_packs(self) -> int:
+        return len(self.pack_offsets) - 1
+
+    @property
+    def pack_sizes(self) -> np.ndarray:
+        return np.diff(self.pack_offsets)
+
+    @property
+    def pack_totals(self) -> np.ndarray:
+        if not self.token_len.size:
+            return np.zeros(self.n_packs, np.int64)
+        return np.add.reduceat(self.token_len.astype(np.int64), self.pack_offsets[:-1])
+
+
 def plan_path(work_dir: str | Path) -> Path:
-    return Path(work_dir) / "pack_plan.jsonl"
+    return Path(work_dir) / "pack_plan.npz"
 
 
 def plan_meta_path(work_dir: str | Path) -> Path:
     return Path(work_dir) / "pack_plan.meta.json"
 
 
-def write_plan(work_dir: str | Path, packs: Iterable[Pack], meta: dict) -> None:
-    """Write the plan, then its meta; both atomically (the meta last marks the plan complete)."""
-    with atomic_open(plan_path(work_dir), "w") as handle:
-        for pack in packs:
-            handle.write(canonical_json(pack.to_json()) + "\n")
+def jsonl_path(work_dir: str | Path) -> Path:
+    return Path(work_dir) / "pack_plan.jsonl"
+
+
+def write_plan_arrays(work_dir: str | Path, plan: PlanArrays, meta: dict) -> None:
+    """Write the arrays, then the meta; both atomically (the meta last marks the plan complete)."""
+    arrays = {
+        "pack_offsets": plan.pack_offsets.astype(np.int64), "token_len": plan.token_len.astype(np.int32),
+        "split": plan.split.astype(np.int8), "group": plan.group.astype(np.int8),
+        "media_tokens": plan.media_tokens.astype(np.int64),
+    }
+    if plan.id_bytes is not None:
+        arrays |= {"id_bytes": plan.id_bytes.astype(np.uint8), "id_offsets": plan.id_offsets.astype(np.int64)}
+        ids = "stored"
+    else:
+        arrays["sample_index"] = plan.sample_index.astype(np.int64)
+        ids = "manifest"
+    with atomic_open(plan_path(work_dir), "wb") as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as zf:
+        for name, array in arrays.items():
+            with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME), "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+    meta = {**meta, "format": "vlmpack.plan/2", "groups": list(plan.group_names), "ids": ids}
     with atomic_open(plan_meta_path(work_dir), "w") as handle:
         handle.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
-def read_plan(work_dir: str | Path) -> Iterator[Pack]:
-    with open(plan_path(work_dir)) as handle:
-        for line in handle:
-            if line.strip():
-                yield Pack.from_json(json.loads(line))
+def write_plan(work_dir: str | Path, packs: Iterable[Pack], meta: dict) -> None:
+    """Write a plan given as ``Pack`` records (ids stored in the file); pack_ids must be 0..P-1 in order."""
+    packs = list(packs)
+    if [p.pack_id for p in packs] != list(range(len(packs))):
+        raise ValueError("write_plan: packs must come in pack_id order 0..P-1")
+    names = tuple(dict.fromkeys(p.media_type for p in packs))
+    ids = [i.encode() for p in packs for i in p.sample_ids]
+    id_offsets = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum([len(i) for i in ids], out=id_offsets[1:])
+    sizes = [len(p.sample_ids) for p in packs]
+    offsets = np.zeros(len(packs) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    plan = PlanArrays(
+        pack_offsets=offsets,
+        token_len=np.asarray([n for p in packs for n in p.sample_token_lens], np.int32),
+        split=np.asarray([SPLITS.index(p.split) for p in packs], np.int8),
+        group=np.asarray([names.index(p.media_type) for p in packs], np.int8),
+        media_tokens=np.asarray([p.media_tokens for p in packs], np.int64),
+        group_names=names, id_bytes=np.frombuffer(b"".join(ids), np.uint8), id_offsets=id_offsets,
+    )
+    write_plan_arrays(work_dir, plan, meta)
 
 
 def read_plan_meta(work_dir: str | Path) -> dict | None:
     path = plan_meta_path(work_dir)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_plan_arrays(work_dir: str | Path) -> PlanArrays:
+    meta = read_plan_meta(work_dir) or {}
+    with np.load(plan_path(work_dir), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    return PlanArrays(group_names=tuple(meta.get("groups", ())), **arrays)
+
+
+def read_plan(work_dir: str | Path) -> Iterator[Pack]:
+    """The plan's packs in training order (ids from the file, or resolved from the manifest's ok rows)."""
+    meta = read_plan_meta(work_dir) or {}
+    plan = read_plan_arrays(work_dir)
+    ids_of = _stored_ids(plan) if plan.id_bytes is not None else _manifest_ids(work_dir, meta, plan)
+    offsets = plan.pack_offsets
+    for first in range(0, plan.n_packs, _BLOCK):
+        last = min(first + _BLOCK, plan.n_packs)
+        lo, hi = int(offsets[first]), int(offsets[last])
+        ids = ids_of(lo, hi)
+        lens = plan.token_len[lo:hi].tolist()
+        bounds = (offsets[first : last + 1] - lo).tolist()
+        splits, groups, media = plan.split[first:last].tolist(), plan.group[first:last].tolist(), \
+            plan.media_tokens[first:last].tolist()
+        for k in range(last - first):
+            a, b = bounds[k], bounds[k + 1]
+            yield Pack(pack_id=first + k, split=SPLITS[splits[k]], media_type=plan.group_names[groups[k]],
+                       sample_ids=tuple(ids[a:b]), sample_token_lens=tuple(lens[a:b]), media_tokens=media[k])
+
+
+def _stored_ids(plan: PlanArrays):
+    raw = plan.id_bytes.tobytes()
+    off = plan.id_offsets.tolist()
+
+    def ids_of(lo: int, hi: int) -> list[str]:
+        return [raw[off[i] : off[i + 1]].decode() for i in range(lo, hi)]
+    return ids_of
+
+
+def _manifest_ids(work_dir, meta: dict, plan: PlanArrays):
+    from .stages._ok_samples import load_ok_samples, manifest_fingerprint  # the plan reads the scan's rows
+
+    recorded, now = meta.get("manifest_fingerprint"), manifest_fingerprint(work_dir)
+    if recorded != now:
+        raise StaleArtifactError(
+            f"{plan_path(work_dir)} was planned from manifest {recorded}, the manifest is now {now}: "
+            "rerun `vlmpack bucket` and `vlmpack plan`"
+        )
+    samples = load_ok_samples(work_dir, with_ids=True)
+    index = plan.sample_index
+
+    def ids_of(lo: int, hi: int) -> list[str]:
+        return samples.ids_of(index[lo:hi])
+    return ids_of
+
+
+def export_jsonl(work_dir: str | Path, path: str | Path | None = None) -> Path:
+    """Write the plan as readable JSONL (one pack per line); returns the path (default ``pack_plan.jsonl``)."""
+    out = Path(path) if path is not None else jsonl_path(work_dir)
+    with atomic_open(out, "w") as handle:
+        for pack in read_plan(work_dir):
+            handle.write(canonical_json(pack.to_json()) + "\n")
+    return out

@@ -6,8 +6,10 @@ lower bound = max(ceil(sum / C), samples longer than C / 2): no packing needs fe
               is the sum of the per-group bounds (the one bucket prints)
 gap         = packs / lower bound - 1 (0.001 = 0.1% more packs than the bound)
 
-Written as ``work_dir/stats.json`` (the numbers, plus the plan fingerprint they
-describe) and ``work_dir/stats.png`` (token-length and pack-fill histograms).
+Written as ``work_dir/stats.json`` (the numbers, the plan fingerprint they
+describe, ``png_panels``: the titles of the figure's panels) and ``work_dir/stats.png``
+(``PANELS``: token length with the capacity line and the overlong drops, pack fill
+per media group, samples per pack, drops by reason).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
 
-__all__ = ["PackStats", "compute_stats", "write_stats", "read_stats", "stats_paths"]
+__all__ = ["PackStats", "PANELS", "compute_stats", "write_stats", "stats_figure", "read_stats", "stats_paths"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,25 +90,75 @@ def stats_paths(work_dir: str | Path) -> tuple[Path, Path]:
     return Path(work_dir) / "stats.json", Path(work_dir) / "stats.png"
 
 
-def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, pack_totals: np.ndarray) -> None:
-    """stats.png (two histograms), then stats.json (last: it marks the pair complete)."""
+PANELS = ("token length", "pack fill per media group", "samples per pack", "drops by reason")  # stats.png titles
+
+
+def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, pack_totals: np.ndarray, *,
+                pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
+                pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None) -> None:
+    """stats.png (the four ``PANELS``), then stats.json (last: it marks the pair complete)."""
+    json_path, png_path = stats_paths(work_dir)
+    fig = stats_figure(stats, lengths, pack_totals, pack_groups=pack_groups, group_names=group_names,
+                       pack_sizes=pack_sizes, drop_lengths=drop_lengths)
+    with atomic_open(png_path, "wb") as handle:
+        fig.savefig(handle, format="png", metadata={"Software": None})
+    panels = [ax.get_title().split(" (")[0] for ax in fig.axes if ax.get_title()]
+    payload = {"plan_fingerprint": plan_fp, **dataclasses.asdict(stats), "png_panels": panels}
+    atomic_write_text(json_path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray, *,
+                 pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
+                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None):
+    """The stats.png figure (a matplotlib ``Figure``, no pyplot state): 2 x 2 panels titled ``PANELS``."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    json_path, png_path = stats_paths(work_dir)
-    fig = Figure(figsize=(10, 4))
-    ax_len, ax_fill = fig.subplots(1, 2)
-    ax_len.hist(np.asarray(lengths), bins=100, color="tab:blue")
-    ax_len.set(title="sample token length", xlabel="tokens", ylabel="samples")
-    ax_fill.hist(np.asarray(pack_totals) / stats.capacity, bins=100, range=(0, 1), color="tab:green")
-    ax_fill.set(title=f"pack fill (mean {stats.fill_ratio:.4f})", xlabel="tokens / C", ylabel="packs")
+    cap = stats.capacity
+    fig = Figure(figsize=(12, 8))
+    (ax_len, ax_fill), (ax_size, ax_drop) = fig.subplots(2, 2)
+    packed = np.asarray(lengths)
+    dropped = np.zeros(0, np.int64) if drop_lengths is None else np.asarray(drop_lengths)
+    top = max(cap, int(dropped.max()) if dropped.size else 0, int(packed.max()) if packed.size else 0)
+    edges = np.linspace(0, top, 101)
+    ax_len.stairs(np.histogram(packed, edges)[0], edges, fill=True, color="tab:blue", label="packed")
+    if dropped.size:
+        ax_len.stairs(np.histogram(dropped, edges)[0], edges, fill=True, color="tab:red", label="overlong")
+    ax_len.axvline(cap, color="black", linestyle="--", label=f"capacity C = {cap}")
+    ax_len.set(title=f"{PANELS[0]} ({len(packed):,} packed)", xlabel="tokens", ylabel="samples", yscale="log")
+    ax_len.legend(fontsize="small")
+
+    fill = np.asarray(pack_totals) / cap
+    groups = np.zeros(len(fill), np.int8) if pack_groups is None else np.asarray(pack_groups)
+    names = group_names or ("all",)
+    fill_edges = np.linspace(0, 1, 101)
+    for code, name in enumerate(names):
+        mine = fill[groups == code]
+        if mine.size:
+            ax_fill.stairs(np.histogram(mine, fill_edges)[0], fill_edges, linewidth=1.5,
+                           label=f"{name}: {mine.size:,} packs, mean {mine.mean():.4f}")
+    ax_fill.set(title=f"{PANELS[1]} (all: mean {stats.fill_ratio:.4f})", xlabel="tokens / C", ylabel="packs",
+                yscale="log")
+    ax_fill.legend(fontsize="small", loc="upper left")
+
+    sizes = np.asarray(pack_sizes) if pack_sizes is not None else np.zeros(0, np.int64)
+    counts = np.bincount(sizes) if sizes.size else np.zeros(1, np.int64)
+    ax_size.bar(np.arange(len(counts)), counts, color="tab:green", width=0.9)
+    ax_size.set(title=f"{PANELS[2]} (mean {stats.samples_per_pack_mean:.2f})", xlabel="samples in the pack",
+                ylabel="packs")
+
+    reasons = sorted(stats.drops.items(), key=lambda kv: kv[1])
+    ax_drop.barh([r for r, _ in reasons], [n for _, n in reasons], color="tab:red")
+    for y, (_, n) in enumerate(reasons):
+        ax_drop.annotate(f" {n:,}", (n, y), va="center", fontsize="small")
+    total = sum(stats.drops.values())
+    ax_drop.set(title=f"{PANELS[3]} ({total:,} of {stats.samples + total:,} input samples)", xlabel="samples")
+    if not reasons:
+        ax_drop.text(0.5, 0.5, "no drops", ha="center", va="center", transform=ax_drop.transAxes)
     fig.tight_layout()
-    with atomic_open(png_path, "wb") as handle:
-        fig.savefig(handle, format="png", metadata={"Software": None})
-    payload = {"plan_fingerprint": plan_fp, **dataclasses.asdict(stats)}
-    atomic_write_text(json_path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    return fig
 
 
 def read_stats(work_dir) -> dict | None:

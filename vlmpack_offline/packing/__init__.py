@@ -45,7 +45,7 @@ def pack_samples(
         bad = int(np.flatnonzero((lengths < 1) | (lengths > limits.capacity))[0])
         raise PlanError(
             f"sample #{bad} has token_len {int(lengths[bad])}, outside 1..{limits.capacity} "
-            "(sample.max_token_len): rerun `vlmpack scan` with this max_token_len so it is dropped as overlong"
+            "(sample.max_token_len): `vlmpack bucket` drops longer samples as overlong before packing"
         )
     if limits.unlimited:
         return ALGORITHMS[algorithm](lengths, limits.capacity)

@@ -4,12 +4,17 @@ Runs inside a worker process (one counter, so one tokenizer, per process)::
 
     tar ─ iter_samples ─► RawSample ─ parse JSON ─► Conversation ─ probe media ─► MediaInfo
                                                                      │
-                                 count_many (batched tokenizer) ◄────┘ ─► token_len ─► ok | overlong
+                                 count_many (batched tokenizer) ◄────┘ ─► token_len ─► ok
 
 A sample that fails at any step keeps its member locators and gets its drop
 reason and error text; the shard goes on. An error nobody foresaw (any exception
 while reading, parsing, probing or counting one sample) drops that sample as
 ``unreadable_sample`` with the exception's type and text, never the whole scan.
+
+The scan does not apply ``sample.max_token_len``: every countable sample is
+``ok`` with its token_len, so a new capacity reruns bucket and plan only.
+``bucket`` drops the samples longer than C as ``overlong`` (``OVERLONG`` here is
+that reason's name, shared with bucket).
 """
 
 from __future__ import annotations
@@ -96,14 +101,6 @@ class ShardScanner:
                     item.status, item.error = result.reason, str(result)
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
-        limit = self.config.sample.max_token_len
-        for item in ready:
-            if item.status == "ok" and item.token_len > limit:
-                item.status = OVERLONG
-                item.error = (
-                    f"sample is too long ({item.token_len} > {limit} tokens): raise sample.max_token_len "
-                    "or leave it dropped"
-                )
         truncated = next((p for p in pending if p.status == TRUNCATED_SHARD), None)
         shard = ShardRecord(
             shard=task.shard,

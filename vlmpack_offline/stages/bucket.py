@@ -4,11 +4,19 @@
 
     bins/
       lengths.npy              int32 [n_ok]   token_len of every ok sample, manifest order
+      media_tokens.npy         int32 [n_ok]   visual tokens of every ok sample (plan balances on them)
       <group>.indexes.npy      int32          ok-sample indexes, packs concatenated
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
-      meta.json                fingerprint, capacity, algorithm, groups; written last
+      overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
+      overlong.jsonl           the drop report of those: {"id", "status": "overlong", "token_len", "error"}
+      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops; written last
 
 A group is a media type (``packing.group_by: media_type``) or ``mixed`` (``none``).
+The capacity C = ``sample.max_token_len`` is applied here, not in the scan: the scan
+records every countable sample as ``ok`` with its token_len, and bucket drops those
+longer than C as ``overlong`` (``bins/overlong.*``), so a new C reruns bucket and
+plan only. Input samples = packed + overlong + the manifest's drops; plan, stats and
+verify all count ``overlong`` from these files.
 meta.json is removed first and written last, so a killed run leaves no bins that
 look complete; ``.npy`` files have no timestamps, so the bytes depend only on inputs.
 """
@@ -21,13 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..artifacts import atomic_open, atomic_write_text, fingerprint
+from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerprint
 from ..config import Config, section_fingerprint_payload
+from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
 
-__all__ = ["run", "bins_dir", "bins_fingerprint", "read_bins_meta", "build_bins"]
+__all__ = ["run", "bins_dir", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
+           "read_overlong_ids", "OVERLONG"]
+
+OVERLONG = "overlong"  # the drop reason bucket records
 
 
 def bins_dir(config: Config) -> Path:
@@ -43,21 +55,42 @@ def read_bins_meta(config: Config) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def overlong_error(token_len: int, capacity: int) -> str:
+    return (f"sample is too long ({token_len} > {capacity} tokens): raise sample.max_token_len "
+            "or leave it dropped")
+
+
+def read_overlong_ids(config: Config) -> list[str]:
+    """Ids bucket dropped as overlong (from ``bins/overlong.jsonl``)."""
+    path = bins_dir(config) / "overlong.jsonl"
+    if not path.exists():
+        return []
+    with open(path) as handle:
+        return [json.loads(line)["id"] for line in handle if line.strip()]
+
+
 def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Pure: group the samples and pack each group. Returns {group: (indexes, offsets)}."""
+    """Pure: group the samples within capacity and pack each group. Returns {group: (indexes, offsets)}.
+
+    Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops)."""
     packing = config.packing
     limits = PackLimits(
         capacity=config.sample.max_token_len,
         max_samples=packing.max_samples_per_pack,
         max_media_tokens=packing.max_media_tokens_per_pack,
     )
+    fits = samples.token_len <= limits.capacity
     if packing.group_by == "none":
-        groups = {"mixed": np.arange(samples.n, dtype=np.int32)}
+        groups = {"mixed": np.flatnonzero(fits).astype(np.int32)}
     else:
-        groups = {
-            name: np.flatnonzero(samples.media_code == code).astype(np.int32)
-            for code, name in enumerate(samples.media_names)
-        }
+        codes = np.where(fits, samples.media_code, -1)
+        order = np.argsort(codes, kind="stable").astype(np.int32)  # one pass, not one scan per group
+        counts = np.bincount(samples.media_code[fits], minlength=len(samples.media_names))
+        start = int(np.count_nonzero(~fits))
+        groups = {}
+        for code, name in enumerate(samples.media_names):
+            groups[name] = order[start : start + counts[code]]
+            start += counts[code]
     out = {}
     for name, members in groups.items():
         if members.size == 0:
@@ -79,12 +112,16 @@ def run(config: Config) -> StageResult:
 
     out_dir = bins_dir(config)
     (out_dir / "meta.json").unlink(missing_ok=True)
-    for stale in out_dir.glob("*.npy"):
-        stale.unlink()
+    for stale in [*out_dir.glob("*.npy"), out_dir / "overlong.jsonl"]:
+        stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
-    groups = build_bins(samples, config)
-    _save(out_dir / "lengths.npy", samples.token_len)
     capacity = config.sample.max_token_len
+    groups = build_bins(samples, config)
+    overlong = np.flatnonzero(samples.token_len > capacity).astype(np.int32)
+    _save(out_dir / "lengths.npy", samples.token_len)
+    _save(out_dir / "media_tokens.npy", samples.media_tokens)
+    _save(out_dir / "overlong.npy", overlong)
+    _write_overlong_report(config, overlong, capacity)
     group_meta = []
     for name, (indexes, offsets) in groups.items():
         _save(out_dir / f"{name}.indexes.npy", indexes)
@@ -93,18 +130,38 @@ def run(config: Config) -> StageResult:
         group_meta.append({"name": name, "n_samples": int(indexes.size), "n_packs": len(offsets) - 1,
                            "lower_bound": group_lb})
     n_packs = sum(g["n_packs"] for g in group_meta)
+    n_packed = samples.n - len(overlong)
     meta = {
         "stage": "bucket", "fingerprint": expected, "capacity": capacity,
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
-        "n_ok": samples.n, "n_packs": n_packs, "groups": group_meta,
+        "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
+        "groups": group_meta, "manifest_drops": samples.drops,
     }
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     lb = sum(g["lower_bound"] for g in group_meta)
-    summary = [f"{samples.n} ok samples -> {n_packs} packs ({config.packing.algorithm}, "
+    summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
-    return StageResult(stage="bucket", summary=summary, counts={"samples": samples.n, "packs": n_packs},
+    summary.append(f"{len(overlong)} samples dropped as {OVERLONG} (> {capacity} tokens): "
+                   f"{bins_dir(config) / 'overlong.jsonl'}")
+    return StageResult(stage="bucket", summary=summary,
+                       counts={"samples": n_packed, "packs": n_packs, f"dropped_{OVERLONG}": len(overlong)},
                        seconds=time.perf_counter() - started)
+
+
+def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int) -> None:
+    """``overlong.jsonl``: one line per dropped sample, in manifest order (ids read back from sqlite)."""
+    with atomic_open(bins_dir(config) / "overlong.jsonl", "w") as handle:
+        if not overlong.size:
+            return
+        with Manifest(manifest_path(config.work_dir)) as manifest:
+            rows = manifest.conn.execute(
+                "SELECT id, token_len FROM samples WHERE status = 'ok' AND token_len > ? ORDER BY shard, seq",
+                (capacity,),
+            )
+            for sample_id, token_len in rows:
+                handle.write(canonical_json({"id": sample_id, "status": OVERLONG, "token_len": token_len,
+                                             "error": overlong_error(token_len, capacity)}) + "\n")
 
 
 def _save(path: Path, array: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""``vlmpack plan``: bins -> ``work_dir/pack_plan.jsonl`` (format: ``plan_file``), in training order.
+"""``vlmpack plan``: bins -> ``work_dir/pack_plan.npz`` (format: ``plan_file``), in training order.
 
 Order: packs are shuffled with ``packing.seed`` (numpy ``default_rng``; no length
 curriculum). The first ``split.val_packs`` (or ``round(val_ratio * packs)``) of
@@ -8,9 +8,12 @@ cut into groups of N consecutive packs and the groups are shuffled whole (a shor
 remainder group stays last), so the
 N data-parallel ranks of one step get similar ViT load.
 
-Before the file is final the plan is checked: every ok sample exactly once,
-every pack within ``sample.max_token_len``, and the lengths bucket planned with
-equal to the manifest's now. Any breach is a ``PlanError``.
+Plan reads only ``bins/`` (numpy end to end, no ids: they are resolved from the
+manifest when the plan is read). Before the file is final the plan is checked:
+every ok sample of the manifest exactly once, in a pack or in bucket's overlong
+drops; every pack within ``sample.max_token_len``. Any breach is a ``PlanError``.
+``packing.plan_jsonl`` is not needed: ``plan_file.export_jsonl`` writes the
+readable JSONL on request.
 """
 
 from __future__ import annotations
@@ -18,18 +21,17 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
-from ..plan_file import Pack, plan_meta_path, plan_path, read_plan_meta, write_plan
+from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..stage_result import StageResult
 from ..stats import compute_stats, write_stats
-from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
-from .bucket import bins_dir, bins_fingerprint, read_bins_meta
+from ._ok_samples import manifest_fingerprint
+from .bucket import OVERLONG, bins_dir, bins_fingerprint, read_bins_meta
 
-__all__ = ["run", "plan_fingerprint", "order_packs", "validate", "iter_packs"]
+__all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 
 
 def plan_fingerprint(config: Config) -> tuple[str, str]:
@@ -62,18 +64,50 @@ def _balance(order: np.ndarray, pack_media: np.ndarray, world: int, rng: np.rand
     return np.concatenate([groups.reshape(-1), ranked[n_full * world :]])
 
 
-def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int) -> None:
-    """Every ok sample exactly once, every pack within capacity; PlanError naming the first breach."""
+def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int,
+             overlong: np.ndarray | None = None) -> None:
+    """Every ok sample exactly once (in a pack or ``overlong``), every pack within capacity; PlanError on a breach."""
+    over = np.zeros(0, np.int64) if overlong is None else np.asarray(overlong)
     seen = np.bincount(indexes, minlength=n_ok) if indexes.size else np.zeros(n_ok, np.int64)
-    if len(seen) > n_ok:
-        raise PlanError(f"bins name sample #{len(seen) - 1}, but the manifest has {n_ok} ok samples: rerun bucket")
+    if len(seen) > n_ok or (over.size and int(over.max()) >= n_ok):
+        raise PlanError(f"bins name a sample past the manifest's {n_ok} ok samples: rerun `vlmpack bucket`")
+    if over.size:
+        seen[over] += 1
     if (seen != 1).any():
         bad = int(np.flatnonzero(seen != 1)[0])
-        raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs, expected exactly 1: rerun `vlmpack bucket`")
+        raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs or drop lists, expected exactly 1: "
+                        "rerun `vlmpack bucket`")
+    if over.size and (lengths[over] <= capacity).any():
+        bad = int(over[lengths[over] <= capacity][0])
+        raise PlanError(f"ok sample #{bad} is dropped as overlong but fits {capacity}: rerun `vlmpack bucket`")
     totals = np.add.reduceat(lengths[indexes].astype(np.int64), offsets[:-1]) if indexes.size else np.zeros(0)
     if (totals > capacity).any():
         p = int(np.flatnonzero(totals > capacity)[0])
         raise PlanError(f"pack {p} holds {int(totals[p])} tokens > sample.max_token_len {capacity}: rerun bucket")
+
+
+def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
+              lengths: np.ndarray, media_tokens: np.ndarray, config: Config) -> PlanArrays:
+    """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``)."""
+    sizes = np.diff(offsets)
+    pack_media = np.add.reduceat(media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
+        else np.zeros(0, np.int64)
+    train, val = order_packs(pack_media, config)
+    order = np.concatenate([train, val]).astype(np.int64)
+    new_sizes = sizes[order]
+    new_offsets = np.zeros(len(order) + 1, np.int64)
+    np.cumsum(new_sizes, out=new_offsets[1:])
+    # position in ``indexes`` of each member, packs in the new order
+    within = np.arange(int(new_offsets[-1]), dtype=np.int64) - np.repeat(new_offsets[:-1], new_sizes)
+    members = indexes[np.repeat(offsets[order], new_sizes) + within]
+    del within
+    split = np.zeros(len(order), np.int8)
+    split[len(train):] = 1
+    return PlanArrays(
+        pack_offsets=new_offsets, sample_index=members.astype(np.int64), token_len=lengths[members],
+        split=split, group=pack_group[order].astype(np.int8), media_tokens=pack_media[order],
+        group_names=group_names,
+    )
 
 
 def run(config: Config) -> StageResult:
@@ -92,74 +126,53 @@ def run(config: Config) -> StageResult:
         return StageResult(stage="plan", skipped=True, summary=[f"plan up to date ({plan_path(config.work_dir)})"])
 
     plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
-    samples = load_ok_samples(config.work_dir, with_ids=True)
-    indexes, offsets, groups = _load_bins(config, bins_meta)
-    planned = np.load(bins_dir(config) / "lengths.npy")
-    if planned.shape != samples.token_len.shape or (planned != samples.token_len).any():
-        raise PlanError(
-            f"the manifest's ok samples changed since bucket ({planned.size} planned, {samples.n} now, "
-            "or other token lengths): rerun `vlmpack bucket`"
-        )
+    out = bins_dir(config)
+    lengths, media_tokens = np.load(out / "lengths.npy"), np.load(out / "media_tokens.npy")
+    overlong = np.load(out / "overlong.npy")
+    indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta)
     capacity = config.sample.max_token_len
-    validate(indexes, offsets, samples.token_len, samples.n, capacity)
-
-    pack_media = np.add.reduceat(samples.media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
-        else np.zeros(0, np.int64)
-    train, val = order_packs(pack_media, config)
-    order = np.concatenate([train, val]).astype(np.int64)
-    splits = ["train"] * len(train) + ["val"] * len(val)
+    n_ok = int(bins_meta["n_ok"])
+    if lengths.size != n_ok:
+        raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
+    validate(indexes, offsets, lengths, n_ok, capacity, overlong)
+    plan_arrays = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config)
+    del indexes
+    n_train = int(np.count_nonzero(plan_arrays.split == 0))
+    drops = dict(bins_meta.get("manifest_drops", {}))
+    drops[OVERLONG] = drops.get(OVERLONG, 0) + int(overlong.size)
     meta = {
         "stage": "plan", "fingerprint": expected, "bins_fingerprint": bins_fp, "capacity": capacity,
-        "seed": config.packing.seed, "n_packs": int(len(order)), "n_samples": samples.n,
-        "n_train_packs": int(len(train)), "n_val_packs": int(len(val)),
-        "balance_world_size": config.packing.balance_world_size,
+        "manifest_fingerprint": manifest_fingerprint(config.work_dir),
+        "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": n_ok - int(overlong.size),
+        "n_train_packs": n_train, "n_val_packs": plan_arrays.n_packs - n_train, "n_overlong": int(overlong.size),
+        "drops": dict(sorted(drops.items())), "balance_world_size": config.packing.balance_world_size,
     }
-    write_plan(config.work_dir, iter_packs(order, splits, indexes, offsets, groups, samples, pack_media), meta)
+    write_plan_arrays(config.work_dir, plan_arrays, meta)
+    jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
 
-    totals = np.add.reduceat(samples.token_len[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
-        else np.zeros(0, np.int64)
-    sizes = np.diff(offsets)
     stats = compute_stats(
-        samples.token_len[indexes], totals, sizes, capacity, samples.drops,
-        sample_groups=np.repeat(np.asarray(groups), sizes),
+        plan_arrays.token_len, plan_arrays.pack_totals, plan_arrays.pack_sizes, capacity, drops,
+        sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes),
     )
-    write_stats(config.work_dir, stats, expected, samples.token_len, totals)
+    write_stats(config.work_dir, stats, expected, plan_arrays.token_len, plan_arrays.pack_totals,
+                pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
+                drop_lengths=lengths[overlong])
     return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,
-                       counts={"packs": int(len(order)), "val_packs": int(len(val)), "samples": samples.n})
+                       counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
+                               "samples": stats.samples})
 
 
-def _load_bins(config: Config, bins_meta: dict) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    parts, offs, groups, base = [], [np.zeros(1, np.int64)], [], 0
-    for group in bins_meta["groups"]:
+def _load_bins(config: Config, bins_meta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """All groups' packs as one (indexes, offsets), the group code of each pack, and the group names."""
+    parts, offs, codes, base, names = [], [np.zeros(1, np.int64)], [], 0, []
+    for code, group in enumerate(bins_meta["groups"]):
         idx = np.load(bins_dir(config) / f"{group['name']}.indexes.npy")
         off = np.load(bins_dir(config) / f"{group['name']}.offsets.npy")
         parts.append(idx)
         offs.append(off[1:] + base)
         base += int(off[-1])
-        groups += [group["name"]] * (len(off) - 1)
+        codes.append(np.full(len(off) - 1, code, np.int8))
+        names.append(group["name"])
     indexes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return indexes, np.concatenate(offs), groups
-
-
-def iter_packs(order, splits, indexes, offsets, groups, samples: OkSamples, pack_media, *, block: int = 20_000):
-    """Pack records in training order; ids and lengths are gathered a block of packs at a time."""
-    bar = tqdm(total=len(order), desc="plan", unit="pack", disable=len(order) < 10 * block)
-    for first in range(0, len(order), block):
-        chosen = order[first : first + block]
-        sizes = offsets[chosen + 1] - offsets[chosen]
-        starts = np.repeat(offsets[chosen], sizes)  # position of each member in ``indexes``:
-        within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        members = indexes[starts + within]
-        ids = samples.ids_of(members.astype(np.int64))
-        lens = samples.token_len[members].tolist()
-        media = pack_media[chosen].tolist()
-        cut = 0
-        for k, (p, size) in enumerate(zip(chosen.tolist(), sizes.tolist(), strict=True)):
-            yield Pack(
-                pack_id=first + k, split=splits[first + k], media_type=groups[p],
-                sample_ids=tuple(ids[cut : cut + size]), sample_token_lens=tuple(lens[cut : cut + size]),
-                media_tokens=media[k],
-            )
-            cut += size
-        bar.update(len(chosen))
-    bar.close()
+    pack_group = np.concatenate(codes) if codes else np.zeros(0, np.int8)
+    return indexes, np.concatenate(offs), pack_group, tuple(names)

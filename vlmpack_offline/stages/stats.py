@@ -9,9 +9,10 @@ import numpy as np
 from ..config import Config
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
-from ..plan_file import plan_path, read_plan, read_plan_meta
+from ..plan_file import plan_path, read_plan_arrays, read_plan_meta
 from ..stage_result import StageResult
 from ..stats import PackStats, compute_stats, read_stats, stats_paths, write_stats
+from .bucket import bins_dir
 from .plan import plan_fingerprint
 
 __all__ = ["run"]
@@ -29,22 +30,21 @@ def run(config: Config) -> StageResult:
         )
     done = read_stats(config.work_dir)
     if done is not None and done.get("plan_fingerprint") == expected and stats_paths(config.work_dir)[1].exists():
-        stats = PackStats(**{k: v for k, v in done.items() if k != "plan_fingerprint"})
+        stats = PackStats(**{k: v for k, v in done.items() if k not in ("plan_fingerprint", "png_panels")})
         return StageResult(stage="stats", skipped=True, summary=stats.table_lines(), counts={"packs": stats.packs})
 
-    lengths, totals, sizes, groups = [], [], [], []
-    for pack in read_plan(config.work_dir):
-        lengths.extend(pack.sample_token_lens)
-        groups.extend([pack.media_type] * len(pack.sample_ids))
-        totals.append(pack.total_token_len)
-        sizes.append(len(pack.sample_ids))
-    with Manifest(manifest_path(config.work_dir)) as manifest:
-        drops = {k: v for k, v in manifest.status_counts().items() if k != "ok"}
-    lengths_arr = np.asarray(lengths, dtype=np.int64)
-    totals_arr = np.asarray(totals, dtype=np.int64)
-    stats = compute_stats(
-        lengths_arr, totals_arr, np.asarray(sizes), int(meta["capacity"]), drops, sample_groups=np.asarray(groups)
-    )
-    write_stats(config.work_dir, stats, expected, lengths_arr, totals_arr)
+    plan = read_plan_arrays(config.work_dir)
+    drops = meta.get("drops")
+    if drops is None:  # a plan written by ``write_plan`` (no bucket drops recorded): the manifest's drops
+        with Manifest(manifest_path(config.work_dir)) as manifest:
+            drops = {k: v for k, v in manifest.status_counts().items() if k != "ok"}
+    bins = bins_dir(config)
+    drop_lengths = None
+    if (bins / "overlong.npy").exists() and (bins / "lengths.npy").exists():
+        drop_lengths = np.load(bins / "lengths.npy")[np.load(bins / "overlong.npy")]
+    stats = compute_stats(plan.token_len, plan.pack_totals, plan.pack_sizes, int(meta["capacity"]), drops,
+                          sample_groups=np.repeat(plan.group, plan.pack_sizes))
+    write_stats(config.work_dir, stats, expected, plan.token_len, plan.pack_totals, pack_groups=plan.group,
+                group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)

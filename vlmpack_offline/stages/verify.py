@@ -9,7 +9,8 @@ Checks, per output shard listed in ``.nv-meta/.info.json``:
 * each media part's size and sha256 equal those of its source byte range;
 * an ``ids.npy`` part, when present, is int [2, sum(token_len)];
 
-and over all shards: every ``ok`` manifest sample appears exactly once, every planned
+and over all shards: every ``ok`` manifest sample appears exactly once, except those
+bucket dropped as ``overlong`` (``bins/overlong.jsonl``), which appear in no pack; every planned
 pack is present; ``.nv-meta/vlmpack.json`` records the settings of this config
 (``packed_settings.check_against_packed_dir``). Problems are collected (not raised) so one run lists them all;
 the first ones are printed and the exit code is 1.
@@ -37,6 +38,7 @@ from ..packed_settings import SETTINGS_NAME, check_against_packed_dir
 from ..plan_file import read_plan
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
+from .bucket import read_overlong_ids
 from .write import check_sources
 
 __all__ = ["run", "MAX_LISTED"]
@@ -162,10 +164,14 @@ def run(config: Config) -> StageResult:
         check_against_packed_dir(config, out_dir)
     except ConfigError as exc:
         problems.append(f"{SETTINGS_NAME}: {exc}")
-    ok_set = set(ok_ids)
-    problems += [f"sample {i!r} is ok in the manifest but in no pack" for i in ok_ids if checker.seen[i] == 0]
+    overlong = set(read_overlong_ids(config))
+    ok_set = set(ok_ids) - overlong
+    problems += [f"sample {i!r} is ok in the manifest but in no pack" for i in ok_ids
+                 if checker.seen[i] == 0 and i not in overlong]
+    problems += [f"sample {i!r} is dropped as overlong by bucket but packed" for i in overlong if checker.seen[i]]
     problems += [f"sample {i!r} is in {n} packs" for i, n in checker.seen.items() if n > 1]
-    problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen if i not in ok_set]
+    problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
+                 if i not in ok_set and i not in overlong]
     planned = [p.pack_id for p in read_plan(config.work_dir)]
     problems += [f"pack {p} is in the plan but in no shard" for p in planned if checker.pack_ids[p] == 0]
     problems += [f"pack {p} is written {n} times" for p, n in checker.pack_ids.items() if n > 1]
