@@ -1,18 +1,20 @@
-"""Benchmark bucket + plan: 10 million samples, time and peak memory; fill vs lower bound per algorithm.
+"""Benchmark bucket + plan: 10M (or 100M) samples, time and peak memory; fill vs lower bound per algorithm.
 
     python benchmarks/bench_pack.py                      # defaults below
     python benchmarks/bench_pack.py --samples 10000000 --manifest-samples 1000000
+    python benchmarks/bench_pack.py --samples 100000000 --manifest-samples 0 --table-samples 0
 
 What is timed, honestly:
-  A. "arrays" — the stage code on 10M synthetic samples held as the arrays bucket
+  A. "arrays" — the stage code on --samples synthetic samples held as the arrays bucket
      loads from the manifest: grouping + packing (stages.bucket.build_bins), plan
-     validation + shuffle/split/balance (stages.plan.validate / order_packs) and
-     writing pack_plan.jsonl with real-looking ids (plan_file.write_plan). Not timed
-     here: reading those arrays out of sqlite.
+     validation + shuffle/split/balance + flattening (stages.plan.validate / make_plan)
+     and writing pack_plan.npz (plan_file.write_plan_arrays; no ids: they are resolved
+     from the manifest when the plan is read). Not timed here: reading those arrays
+     out of sqlite (B times that).
   B. "manifest" — the real stages (bucket.run, plan.run, which include the sqlite
      reads, validation, pack_plan.jsonl and the stats PNG) on a real manifest.sqlite
-     of --manifest-samples rows (building that sqlite is not timed).
-  C. fill ratio vs lower bound for every algorithm (--table-samples, C = 8192),
+     of --manifest-samples rows (building that sqlite is not timed; 0 skips B).
+  C. fill ratio vs lower bound for every algorithm (--table-samples, C = 8192; 0 skips C),
      and the per-sample limits path at 100k samples.
 Peak memory is the max RSS (resource.getrusage) of a fresh child process for A and
 for B, so building the inputs does not inflate it.
@@ -34,7 +36,7 @@ import numpy as np
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.packing import ALGORITHMS, PackLimits, lower_bound, pack_samples
-from vlmpack_offline.plan_file import write_plan
+from vlmpack_offline.plan_file import plan_path, write_plan_arrays
 from vlmpack_offline.stages import bucket, plan
 from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
 
@@ -42,18 +44,16 @@ CAPACITY = 8192
 
 
 def synthetic(n: int, capacity: int, seed: int = 0) -> OkSamples:
-    """Lognormal lengths (median C/20, sigma 1), a media-type mix, ids like '<shard>.tar/<key>'."""
+    """Lognormal lengths (median C/20, sigma 1), a media-type mix; ids are made by ``_id`` when needed."""
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(rng.lognormal(np.log(capacity / 20), 1.0, n)), 1, capacity).astype(np.int32)
     codes = rng.choice(3, size=n, p=[0.3, 0.6, 0.1]).astype(np.int8)
     media = np.where(codes == 0, 0, (lengths * 0.8).astype(np.int32)).astype(np.int32)
-    rows = 200_000
-    width = len("shard-000000.tar/sample-000000000")
-    offsets = np.arange(n + 1, dtype=np.int64) * width
-    chunks = tuple("".join(f"shard-{i // 10000:06d}.tar/sample-{i:09d}" for i in range(a, min(a + rows, n)))
-                   for a in range(0, n, rows))
-    return OkSamples(token_len=lengths, media_tokens=media, media_code=codes, media_names=MEDIA_TYPES,
-                     id_chunks=chunks, id_offsets=offsets, chunk_rows=rows)
+    return OkSamples(token_len=lengths, media_tokens=media, media_code=codes, media_names=MEDIA_TYPES)
+
+
+def _id(i: int) -> str:
+    return f"shard-{i // 10000:06d}.tar/sample-{i:09d}"
 
 
 def _config(work_dir: Path, **packing):
@@ -72,25 +72,23 @@ def bench_arrays(n: int, queue) -> None:
         t_bucket = time.perf_counter() - t1
         t2 = time.perf_counter()
         indexes = np.concatenate([g[0] for g in groups.values()])
-        offsets, names, base = [np.zeros(1, np.int64)], [], 0
-        for name, (_, off) in groups.items():
+        offsets, codes, base = [np.zeros(1, np.int64)], [], 0
+        for code, (_, off) in enumerate(groups.values()):
             offsets.append(off[1:] + base)
             base += int(off[-1])
-            names += [name] * (len(off) - 1)
+            codes.append(np.full(len(off) - 1, code, np.int8))
         offsets = np.concatenate(offsets)
-        plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY)
-        media = np.add.reduceat(samples.media_tokens[indexes].astype(np.int64), offsets[:-1])
-        train, val = plan.order_packs(media, config)
+        plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY, np.zeros(0, np.int32))
+        arrays = plan.make_plan(indexes, offsets, np.concatenate(codes), tuple(groups), samples.token_len,
+                                samples.media_tokens, config)
+        del indexes
         t_order = time.perf_counter() - t2
         t3 = time.perf_counter()
-        order = np.concatenate([train, val])
-        splits = ["train"] * len(train) + ["val"] * len(val)
-        packs = plan.iter_packs(order, splits, indexes, offsets, names, samples, media)
-        write_plan(tmp, packs, {"bench": True})
+        write_plan_arrays(tmp, arrays, {"bench": True})
         t_write = time.perf_counter() - t3
-        size = (Path(tmp) / "pack_plan.jsonl").stat().st_size
+        size = plan_path(tmp).stat().st_size
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
-    queue.put(dict(gen=t_gen, bucket=t_bucket, order=t_order, write=t_write, peak=peak, packs=len(order),
+    queue.put(dict(gen=t_gen, bucket=t_bucket, order=t_order, write=t_write, peak=peak, packs=arrays.n_packs,
                    lb=lower_bound(samples.token_len, CAPACITY), plan_bytes=size))
 
 
@@ -105,7 +103,7 @@ def make_manifest(work_dir: Path, samples: OkSamples, rows: int = 200_000) -> fl
                     "INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     ((sample_id, f"shard-{i // 10000:06d}.tar", i % 10000, f"sample-{i:09d}", names[c], n, m,
                       0, 0, "[]", "ok", "")
-                     for i, sample_id, n, m, c in zip(part.tolist(), samples.ids_of(part),
+                     for i, sample_id, n, m, c in zip(part.tolist(), map(_id, part.tolist()),
                                                       samples.token_len[part].tolist(),
                                                       samples.media_tokens[part].tolist(),
                                                       samples.media_code[part].tolist(), strict=True)))
@@ -147,22 +145,31 @@ def main() -> None:
     total = a["bucket"] + a["order"] + a["write"]
     print(f"\nA. {args.samples:,} samples from arrays (C={CAPACITY}, group_by media_type, BFD, balance 8, val 1%)")
     print(f"   bucket (group + BFD)        {a['bucket']:7.2f} s")
-    print(f"   plan (validate+order)       {a['order']:7.2f} s")
-    print(f"   plan (write jsonl, {a['plan_bytes'] / 2**20:.0f} MiB) {a['write']:7.2f} s")
+    print(f"   plan (validate+order+flatten) {a['order']:7.2f} s")
+    print(f"   plan (write npz, {a['plan_bytes'] / 2**20:.0f} MiB)  {a['write']:7.2f} s")
     print(f"   total bucket + plan         {total:7.2f} s   peak RSS {a['peak']:.2f} GiB "
           f"(incl. {a['gen']:.1f} s synthetic data generation, not timed)")
     print(f"   packs {a['packs']:,}  lower bound {a['lb']:,}  gap {100 * (a['packs'] / a['lb'] - 1):.4f}%")
 
+    if args.manifest_samples:
+        bench_manifest(args.manifest_samples)
+    if args.table_samples:
+        bench_table(args.table_samples)
+
+
+def bench_manifest(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        t_make = make_manifest(Path(tmp), synthetic(args.manifest_samples, CAPACITY, seed=1))
+        t_make = make_manifest(Path(tmp), synthetic(n, CAPACITY, seed=1))
         b = _in_child(bench_stages, tmp)
-    print(f"\nB. real stages on a {args.manifest_samples:,}-row manifest.sqlite (built in {t_make:.1f} s, not timed)")
+    print(f"\nB. real stages on a {n:,}-row manifest.sqlite (built in {t_make:.1f} s, not timed)")
     print(f"   bucket.run {b['bucket']:.2f} s + plan.run {b['plan']:.2f} s (sqlite reads, checks, plan file, "
           f"stats PNG) = {b['bucket'] + b['plan']:.2f} s   peak RSS {b['peak']:.2f} GiB")
 
-    lengths = synthetic(args.table_samples, CAPACITY, seed=2).token_len
+
+def bench_table(n: int) -> None:
+    lengths = synthetic(n, CAPACITY, seed=2).token_len
     bound = lower_bound(lengths, CAPACITY)
-    print(f"\nC. fill vs lower bound, {args.table_samples:,} lognormal samples (median C/20), C={CAPACITY}, "
+    print(f"\nC. fill vs lower bound, {n:,} lognormal samples (median C/20), C={CAPACITY}, "
           f"one group, lower bound {bound:,}")
     print("| algorithm | limits | packs | fill ratio | packs / lower bound | seconds |")
     print("|---|---|---|---|---|---|")
