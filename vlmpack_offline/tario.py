@@ -12,15 +12,21 @@ of its last path component; the rest is the part name::
 
 ``offset`` is where the member's data starts in the tar file (after any PAX
 headers), so later stages copy media bytes with one ``pread`` and no tar parsing.
+
+A shard is a local path (read with ``os.pread``) or a URL (``s3://``, ``gs://``, ``file://``,
+``memory://``, any fsspec protocol), read through ``fsspec`` by byte range: ``open_source``,
+``source_stat``, ``read_range`` take either.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 __all__ = [
     "TarMember",
@@ -30,6 +36,9 @@ __all__ = [
     "group_samples",
     "iter_samples",
     "read_range",
+    "is_url",
+    "open_source",
+    "source_stat",
     "BAD_MEMBER_NAME",
     "TRUNCATED_SHARD",
     "DAMAGED_HEADER",
@@ -92,10 +101,10 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     mid-file) yields a ``DAMAGED_HEADER`` member, and reading resumes at the next
     block that is a valid header, so the samples after the damage are kept.
     """
-    tar_path = Path(tar_path)
-    file_size = os.path.getsize(tar_path)
+    tar_path = str(tar_path)
+    file_size = source_stat(tar_path)[0]
     start, last_name = 0, ""
-    with open(tar_path, "rb") as handle:
+    with open_source(tar_path) as handle:
         while start is not None:
             handle.seek(start)
             resume, start = start, None
@@ -161,20 +170,20 @@ def _next_header(handle, at: int, file_size: int) -> int | None:
     return None
 
 
-def _clean_end(tar_path: Path, at: int) -> bool:
+def _clean_end(tar_path: str, at: int) -> bool:
     """True when a zero block (the end-of-archive marker) starts at ``at``."""
-    with open(tar_path, "rb") as handle:
+    with open_source(tar_path) as handle:
         block = read_range(handle, at, tarfile.BLOCKSIZE)
     return len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0")
 
 
-def _cut_header_name(tar_path: Path, at: int) -> str | None:
+def _cut_header_name(tar_path: str, at: int) -> str | None:
     """The member name in a header cut short, when its 100-byte name field survived.
 
     Pseudo names of GNU long-name and PAX records (``././@...``) do not say which
     sample was cut: None, and the caller blames the previous member's sample.
     """
-    with open(tar_path, "rb") as handle:
+    with open_source(tar_path) as handle:
         field = read_range(handle, at, 100)
     name = field.split(b"\0", 1)[0].decode("utf-8", "replace")
     if len(field) < 100 or not name or name.startswith("././@"):
@@ -213,8 +222,49 @@ def iter_samples(tar_path: str | Path) -> Iterator[RawSample]:
     return group_samples(iter_members(tar_path))
 
 
+def is_url(path: str | Path) -> bool:
+    """``s3://b/x.tar``, ``file:///d/x.tar``: read through fsspec; a plain path is not."""
+    return isinstance(path, str) and "://" in path
+
+
+def _fs(url: str):
+    import fsspec  # only for URLs: local paths never import it
+
+    return fsspec.core.url_to_fs(url)
+
+
+def open_source(path: str | Path) -> BinaryIO:
+    """A binary file for ``read_range``: ``open`` for a path, an fsspec file for a URL."""
+    if not is_url(path):
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    fs, inner = _fs(path)
+    return fs.open(inner, "rb")
+
+
+def source_stat(path: str | Path) -> tuple[int, int]:
+    """(size, mtime_ns) of a shard; for a URL, the store's modification time (0 when it keeps none)."""
+    if not is_url(path):
+        stat = os.stat(path)
+        return stat.st_size, stat.st_mtime_ns
+    fs, inner = _fs(path)
+    try:
+        info = fs.info(inner)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    stamp = next((info[k] for k in ("mtime", "LastModified", "updated", "created") if info.get(k) is not None), 0)
+    if isinstance(stamp, str):
+        stamp = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    if isinstance(stamp, datetime.datetime):
+        stamp = stamp.timestamp()
+    return int(info["size"]), round(float(stamp) * 1e9)
+
+
 def read_range(handle, offset: int, size: int) -> bytes:
-    """Read ``size`` bytes at ``offset`` of an open binary file (``os.pread`` where possible)."""
+    """Read ``size`` bytes at ``offset`` of an open binary file (``os.pread`` where possible).
+
+    An fsspec file without a descriptor (``s3://``, ``memory://``) is read by seek + read, which
+    fetches that byte range (plus its read-ahead block) from the store.
+    """
     try:
         return os.pread(handle.fileno(), size, offset)
     except (AttributeError, OSError):

@@ -32,6 +32,7 @@ from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
 from ..stage_result import StageResult
+from ..tario import is_url, source_stat
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
@@ -53,15 +54,50 @@ def _expand(entry: str) -> list[Path]:
     raise ShardError(f"data.wds_dir entry {entry!r} is not a file, a directory or a glob that matches")
 
 
+def _discover_urls(entries: list[str]) -> list[ShardTask]:
+    """``s3://b/shards/`` (searched recursively), ``s3://b/*.tar`` or a list of URLs, through fsspec."""
+    import fsspec
+
+    fs, _ = fsspec.core.url_to_fs(entries[0])
+    protocol = entries[0].split("://", 1)[0]
+    found: set[str] = set()
+    dirs: list[str] = []
+    for entry in entries:
+        if not entry.startswith(f"{protocol}://"):
+            raise ConfigError(f"data.wds_dir mixes {protocol}:// URLs with {entry!r}: use one filesystem")
+        inner = fsspec.core.url_to_fs(entry)[1]
+        if any(ch in entry for ch in "*?["):
+            found.update(p for p in fs.glob(inner) if p.endswith(".tar"))
+        elif fs.isdir(inner):
+            found.update(p for p in fs.find(inner) if p.endswith(".tar"))
+            dirs.append(inner.rstrip("/"))
+        elif fs.isfile(inner):
+            found.add(inner)
+        else:
+            raise ShardError(f"data.wds_dir entry {entry!r} is not a file, a directory or a glob that matches")
+    if not found:
+        raise ShardError(f"no .tar shards found in data.wds_dir = {entries!r}")
+    paths = sorted(found)
+    if len(entries) == 1 and dirs:
+        root = dirs[0]
+    else:
+        root = os.path.commonpath([p.rsplit("/", 1)[0] for p in paths])
+    urls = [fs.unstrip_protocol(p) for p in paths]
+    return [ShardTask(shard=p[len(root):].lstrip("/"), path=u) for p, u in zip(paths, urls, strict=True)]
+
+
 def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
     """Every ``.tar`` under ``wds_dir`` (directory searched recursively, glob, or list of either).
 
     Shard names are paths relative to the common root (the directory itself when
     one directory is given), with ``/`` separators: they prefix every sample id.
+    URLs (``s3://``, ``gs://``, ``file://``, ...) are listed through fsspec and read by byte range.
     """
     entries = wds_dir if isinstance(wds_dir, list) else [wds_dir]
     if not entries or not all(entries):
         raise ConfigError("data.wds_dir is empty: set it to a folder, a glob or a list of .tar files")
+    if any(is_url(entry) for entry in entries):
+        return _discover_urls(entries)
     paths = sorted({p.resolve() for entry in entries for p in _expand(entry)})
     if not paths:
         raise ShardError(f"no .tar shards found in data.wds_dir = {wds_dir!r}")
@@ -94,8 +130,7 @@ def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:
     pending = []
     for task in tasks:
         record = done.get(task.shard)
-        stat = os.stat(task.path)
-        if record is None or (record.size, record.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+        if record is None or (record.size, record.mtime_ns) != source_stat(task.path):
             pending.append(task)
     return pending
 

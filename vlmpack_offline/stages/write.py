@@ -42,7 +42,6 @@ Nothing is written outside ``data.packed_wds_dir``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -70,6 +69,7 @@ from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
 from ..stage_result import StageResult
+from ..tario import source_stat
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
@@ -104,13 +104,13 @@ def check_sources(manifest: Manifest) -> dict[str, str]:
         if shard.shard not in used:
             continue
         try:
-            stat = os.stat(shard.path)
+            size, mtime_ns = source_stat(shard.path)  # a path, or a URL read through fsspec
         except FileNotFoundError:
             raise ShardError(f"source shard {shard.path} is gone since the scan: restore it or rerun `vlmpack scan`") from None
-        if stat.st_size != shard.size or stat.st_mtime_ns != shard.mtime_ns:
+        if size != shard.size or mtime_ns != shard.mtime_ns:
             raise ShardError(
-                f"source shard {shard.path} changed since the scan (size {shard.size} -> {stat.st_size}, "
-                f"mtime_ns {shard.mtime_ns} -> {stat.st_mtime_ns}): rerun `vlmpack scan`, `bucket`, `plan`"
+                f"source shard {shard.path} changed since the scan (size {shard.size} -> {size}, "
+                f"mtime_ns {shard.mtime_ns} -> {mtime_ns}): rerun `vlmpack scan`, `bucket`, `plan`"
             )
         paths[shard.shard] = shard.path
     return paths
