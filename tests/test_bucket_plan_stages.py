@@ -16,8 +16,16 @@ from vlmpack_offline.cli import cli
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import StaleArtifactError
 from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
-from vlmpack_offline.plan_file import Pack, export_jsonl, plan_path, read_plan, read_plan_meta
+from vlmpack_offline.plan_file import (
+    Pack,
+    export_jsonl,
+    plan_path,
+    read_plan,
+    read_plan_arrays,
+    read_plan_meta,
+)
 from vlmpack_offline.stages import bucket, plan, stats
+from vlmpack_offline.stats import PANELS, PackStats, stats_figure
 
 CAPACITY = 1000
 
@@ -219,6 +227,8 @@ def test_stats_writes_png_and_json_with_drops(tmp_path):
     result = stats.run(config)
     numbers = json.loads((config.work_dir / "stats.json").read_text())
     assert (config.work_dir / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert numbers["png_panels"] == ["token length", "pack fill per media group", "samples per pack",
+                                     "drops by reason"]
     assert numbers["samples"] == len(ok)
     assert numbers["packs"] == read_plan_meta(config.work_dir)["n_packs"]
     assert numbers["drops"] == {"bad_json": 2, "overlong": 2}
@@ -226,6 +236,26 @@ def test_stats_writes_png_and_json_with_drops(tmp_path):
     assert numbers["fill_ratio"] == pytest.approx(sum(ok.values()) / (numbers["packs"] * CAPACITY))
     assert any("fill ratio" in line for line in result.summary)
     assert stats.run(config).skipped
+
+
+def test_stats_figure_panels_show_capacity_groups_sizes_and_drops(tmp_path):
+    config = _config(tmp_path, sample={"max_token_len": CAPACITY // 2})
+    _write_manifest(config.work_dir, drops=("bad_json",))
+    _run_all(config)
+    plan_arrays = read_plan_arrays(config.work_dir)
+    done = read_plan_meta(config.work_dir)
+    numbers = {k: v for k, v in json.loads((config.work_dir / "stats.json").read_text()).items()
+               if k not in ("plan_fingerprint", "png_panels")}
+    fig = stats_figure(PackStats(**numbers), plan_arrays.token_len, plan_arrays.pack_totals,
+                       pack_groups=plan_arrays.group, group_names=plan_arrays.group_names,
+                       pack_sizes=plan_arrays.pack_sizes, drop_lengths=np.array([CAPACITY]))
+    length, fill, sizes, drops = fig.axes
+    assert [ax.get_title().split(" (")[0] for ax in fig.axes] == list(PANELS)
+    assert [line.get_xdata()[0] for line in length.get_lines()] == [CAPACITY // 2]  # the capacity line
+    assert {t.get_text().split(":")[0] for t in fill.get_legend().get_texts()} == {"text", "image", "video"}
+    assert sum(p.get_height() for p in sizes.patches) == done["n_packs"]
+    assert sorted(t.get_text() for t in drops.get_yticklabels()) == ["bad_json", "overlong"]
+    assert sorted(p.get_width() for p in drops.patches) == sorted(done["drops"].values())
 
 
 def test_cli_runs_the_stages_and_every_command_has_help(tmp_path):

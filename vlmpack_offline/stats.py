@@ -127,7 +127,7 @@ def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray,
     if dropped.size:
         ax_len.stairs(np.histogram(dropped, edges)[0], edges, fill=True, color="tab:red", label="overlong")
     ax_len.axvline(cap, color="black", linestyle="--", label=f"capacity C = {cap}")
-    ax_len.set(title=f"{PANELS[0]} ({len(packed):,} packed)", xlabel="tokens", ylabel="samples", yscale="log")
+    ax_len.set(title=f"{PANELS[0]} ({len(packed):,} packed)", xlabel="tokens", ylabel="samples")
     ax_len.legend(fontsize="small")
 
     fill = np.asarray(pack_totals) / cap
@@ -144,8 +144,8 @@ def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray,
     ax_fill.legend(fontsize="small", loc="upper left")
 
     sizes = np.asarray(pack_sizes) if pack_sizes is not None else np.zeros(0, np.int64)
-    counts = np.bincount(sizes) if sizes.size else np.zeros(1, np.int64)
-    ax_size.bar(np.arange(len(counts)), counts, color="tab:green", width=0.9)
+    counts = np.bincount(sizes) if sizes.size else np.zeros(2, np.int64)
+    ax_size.bar(np.arange(1, len(counts)), counts[1:], color="tab:green", width=0.9)
     ax_size.set(title=f"{PANELS[2]} (mean {stats.samples_per_pack_mean:.2f})", xlabel="samples in the pack",
                 ylabel="packs")
 
