@@ -13,7 +13,8 @@ worker set up once, one-line errors), on a Ray cluster::
   error is not retried, it stops the stage with its one line.
 * The setup (``initializer(*initargs)``: the scan's tokenizer) runs once per worker process and
   per distinct ``initargs``: Ray reuses its worker processes across tasks.
-* Inputs and outputs must be on a filesystem every node sees (or fsspec URLs).
+* Inputs and outputs must be on a filesystem every node sees (inputs may be fsspec URLs), and
+  vlmpack (with the same version) installed on every node: tasks call its functions by name.
 
 ``import ray`` happens only here; without ray installed ``executor: ray`` is a one-line ConfigError.
 Test hooks (environment of the driver, never set in production):
@@ -150,6 +151,10 @@ def _unwrap(ray, ref, stage: str):
             f"a {stage} Ray task lost its worker {MAX_RETRIES + 1} times ({type(exc).__name__}): "
             "rerun the same command to resume; check the cluster's memory and nodes"
         ) from None
+    except ray.exceptions.RayTaskError as exc:  # an unforeseen error in the task: raise it as process_map does
+        if isinstance(getattr(exc, "cause", None), Exception):
+            raise exc.cause from exc
+        raise
     if not ok:
         raise value
     return value
