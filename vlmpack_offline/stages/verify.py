@@ -35,7 +35,7 @@ from ..output.pack_builder import SourceFiles, build_pack
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, PackedSample
 from ..packed_settings import SETTINGS_NAME, check_against_packed_dir
-from ..plan_file import read_plan
+from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
 from .bucket import read_overlong_ids
@@ -172,7 +172,7 @@ def run(config: Config) -> StageResult:
     problems += [f"sample {i!r} is in {n} packs" for i, n in checker.seen.items() if n > 1]
     problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
                  if i not in ok_set and i not in overlong]
-    planned = [p.pack_id for p in read_plan(config.work_dir)]
+    planned = range(read_plan_arrays(config.work_dir).n_packs)  # pack ids are 0..P-1; no ids needed
     problems += [f"pack {p} is in the plan but in no shard" for p in planned if checker.pack_ids[p] == 0]
     problems += [f"pack {p} is written {n} times" for p, n in checker.pack_ids.items() if n > 1]
     counts = {
