@@ -127,3 +127,8 @@ def test_executor_ray_without_ray_installed_is_one_config_error(tmp_path, monkey
                                "process": {"executor": "ray"}})  # fmt: skip
     with pytest.raises(ConfigError, match="ray package is not installed"):
         scan.run(config)
+
+
+def test_ray_address_without_executor_ray_is_refused():
+    with pytest.raises(ConfigError, match="process.ray_address is set but process.executor is 'local'"):
+        config_from_dict({"process": {"ray_address": "auto"}})
