@@ -22,6 +22,7 @@ __all__ = ["OkSamples", "load_ok_samples", "manifest_fingerprint", "MEDIA_TYPES"
 
 MEDIA_TYPES = ("text", "image", "video")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
+_OTHER = 7  # media code of a type outside MEDIA_TYPES in the packed column (named in a second pass)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +63,7 @@ def manifest_fingerprint(work_dir) -> str:
 
 def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
     """Read the ok rows (plus the drop counts) with two scans and no per-row Python objects kept."""
-    columns_out: list[list[np.ndarray]] = [[], [], []]
+    packed_out: list[np.ndarray] = []
     id_chunks, id_lens = [], []
     with Manifest(manifest_path(work_dir)) as manifest:
         conn = manifest.conn
@@ -71,19 +72,25 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         ).fetchall())
         (found,) = conn.execute("SELECT SUM(n_samples) FROM shards").fetchone()
         expected = found - sum(drops.values()) if found else None  # only for the progress bar
+        # one integer per row (token_len << 34 | media_tokens << 3 | media code): a third of the Python objects
         case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
-        columns = f"token_len, media_tokens, CASE media_type {case} ELSE -1 END" + (", id" if with_ids else "")
+        packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
+        columns = packed + (", id" if with_ids else "")
         cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", MEDIA_TYPES)
         with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
             while rows := cursor.fetchmany(_CHUNK):
-                for k in range(3):
-                    columns_out[k].append(np.fromiter(map(itemgetter(k), rows), dtype=np.int32, count=len(rows)))
+                packed_out.append(np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows)))
                 if with_ids:
-                    ids = list(map(itemgetter(3), rows))
+                    ids = list(map(itemgetter(1), rows))
                     id_chunks.append("".join(ids))
                     id_lens.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
                 bar.update(len(rows))
-        token_len, media_tokens, codes = (np.concatenate(c) if c else np.zeros(0, np.int32) for c in columns_out)
+        both = np.concatenate(packed_out) if packed_out else np.zeros(0, np.int64)
+        token_len = (both >> 34).astype(np.int32)
+        media_tokens = ((both >> 3) & (2**31 - 1)).astype(np.int32)
+        codes = (both & 7).astype(np.int8)
+        del both
+        codes[codes == _OTHER] = -1
         names = MEDIA_TYPES
         if (codes < 0).any():  # a media type other than text/image/video: name it in a second pass (rare)
             names, codes = _name_other_media(conn, codes)
