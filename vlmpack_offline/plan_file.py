@@ -20,7 +20,8 @@ rows when read, which must still carry the fingerprint the plan recorded. That k
 ``Pack``) stores the ids once in the file. ``read_plan`` yields the same ``Pack`` records
 either way; ``export_jsonl`` writes the readable ``pack_plan.jsonl`` (one pack per line,
 the published tool's field names ``pack_id``, ``sample_ids``, ``sample_token_lens``,
-``total_token_len``, plus ``split``, ``media_type``, ``media_tokens``) on request.
+``total_token_len``, plus ``split``, ``media_type``, ``media_tokens``) on request:
+``python -m vlmpack_offline.plan_file WORK_DIR [OUT.jsonl]``. ``plan`` deletes an old export.
 """
 
 from __future__ import annotations
@@ -231,3 +232,9 @@ def export_jsonl(work_dir: str | Path, path: str | Path | None = None) -> Path:
         for pack in read_plan(work_dir):
             handle.write(canonical_json(pack.to_json()) + "\n")
     return out
+
+
+if __name__ == "__main__":  # python -m vlmpack_offline.plan_file WORK_DIR [OUT.jsonl]
+    import sys
+
+    print(export_jsonl(*sys.argv[1:3]))

@@ -12,8 +12,8 @@ Plan reads only ``bins/`` (numpy end to end, no ids: they are resolved from the
 manifest when the plan is read). Before the file is final the plan is checked:
 every ok sample of the manifest exactly once, in a pack or in bucket's overlong
 drops; every pack within ``sample.max_token_len``. Any breach is a ``PlanError``.
-``packing.plan_jsonl`` is not needed: ``plan_file.export_jsonl`` writes the
-readable JSONL on request.
+The readable ``pack_plan.jsonl`` is written only on request:
+``plan_file.export_jsonl(work_dir)`` or ``python -m vlmpack_offline.plan_file WORK_DIR``.
 """
 
 from __future__ import annotations
