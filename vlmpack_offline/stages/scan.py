@@ -118,7 +118,7 @@ def _processor_hashes(directory: str) -> dict[str, str]:
 
 def scan_inputs_fingerprint(config: Config) -> str:
     """What the scan's rows depend on: config data/sample/model/video + the processor directory's files."""
-    payload = section_fingerprint_payload(config, "data", "sample", "model", "video", "loss")
+    payload = section_fingerprint_payload(config, "data", "model", "video", "loss")
     for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
         payload["data"].pop(name, None)
     payload["processor_files"] = _processor_hashes(config.model.processor_path)
