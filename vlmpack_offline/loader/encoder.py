@@ -43,6 +43,7 @@ from ..media import decode_frames, probe_video, sample_video
 from ..packed_format import PackedSample, PackedSubSample
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
+from ..tokens.rules import resolve_video
 from .batch import PackBatch
 from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
 from .media_processor import MediaProcessor
@@ -135,7 +136,7 @@ class PackEncoder:
             else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
                 video = probe_video(data, part=ref.part)
                 sampling = sample_video(
-                    video, self.config.video, factor=self.rules.factor,
+                    video, resolve_video(self.config.video, self.rules.video, factor=self.rules.factor), factor=self.rules.factor,
                     temporal_factor=self.rules.temporal_patch_size, part=ref.part,
                 )  # fmt: skip
                 infos.append(VideoMedia(sampling=sampling))
