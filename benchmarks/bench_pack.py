@@ -12,7 +12,7 @@ What is timed, honestly:
      from the manifest when the plan is read). Not timed here: reading those arrays
      out of sqlite (B times that).
   B. "manifest" — the real stages (bucket.run, plan.run, which include the sqlite
-     reads, validation, pack_plan.jsonl and the stats PNG) on a real manifest.sqlite
+     reads, validation, pack_plan.npz and the stats PNG) on a real manifest.sqlite
      of --manifest-samples rows (building that sqlite is not timed; 0 skips B).
   C. fill ratio vs lower bound for every algorithm (--table-samples, C = 8192; 0 skips C),
      and the per-sample limits path at 100k samples.

@@ -37,7 +37,7 @@ def cli() -> None:
     \b
       vlmpack scan   --config C   tars      -> work_dir/manifest.sqlite
       vlmpack bucket --config C   manifest  -> work_dir/bins/
-      vlmpack plan   --config C   bins      -> work_dir/pack_plan.jsonl
+      vlmpack plan   --config C   bins      -> work_dir/pack_plan.npz
       vlmpack write  --config C   plan      -> packed_wds_dir/pretrain-*.tar
       vlmpack verify --config C   output    -> checks against manifest and plan
       vlmpack stats  --config C   plan      -> work_dir/stats.json, stats.png

@@ -49,7 +49,7 @@ class DataConfig:
     input_format: Literal["wds"] = "wds"  # only WebDataset tar shards are read
     wds_dir: str | list[str] = ""  # a directory (searched recursively), a glob, or a list of tar paths
     template_text_key: str | None = None  # JSON key of the published tool's `texts` layout, if used
-    work_dir: str = ""  # where manifest.sqlite, bins/, pack_plan.jsonl and stats land
+    work_dir: str = ""  # where manifest.sqlite, bins/, pack_plan.npz and stats land
     packed_wds_dir: str = ""  # where pretrain-*.tar and .nv-meta/ are written
 
 

@@ -10,7 +10,7 @@ that decide tokens; the loader rebuilds its ``Config`` from them
     {
       "format": "vlmpack.packed_settings", "version": 1,
       "fingerprint": "3f0c...",       # model/video/sample/loss (processor path left out) + processor file hashes
-      "plan_fingerprint": "9a1e...",  # the pack_plan.jsonl the shards were written from
+      "plan_fingerprint": "9a1e...",  # the plan (pack_plan.npz) the shards were written from
       "model":  {"model_type": "qwen2_5_vl",            # resolved (config.json when model.model_type is unset)
                  "processor_loader": "auto_processor",
                  "processor_kwargs": {"pretrained_model_name_or_path": "/abs/proc", "min_pixels": ...}},

@@ -2,7 +2,7 @@
 
 ::
 
-    pack_plan.jsonl ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.bin
+    pack_plan.npz ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.bin
                     (JSON part bytes + media byte ranges per pack; gives each pack's tar size;
                      JSON header + raw bytes, bound to the run's fingerprint: output/scratch.py)
                     ──> shard assignment (pure function of plan + sizes, streamed: output/shard_plan.py)
