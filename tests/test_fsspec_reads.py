@@ -65,8 +65,6 @@ def test_url_folders_are_discovered_with_the_local_names(shard, memory_url):
     assert remote[0].path == memory_url
 
 
-@pytest.mark.xfail(reason="stages/_scan_shard.py still os.stat()s and open()s task.path: it needs "
-                   "tario.source_stat / tario.open_source for URLs (owned by another change)", strict=False)
 def test_scan_of_file_urls_equals_the_scan_of_paths(tmp_path, shard, make_config):
     by_path = scan.run(make_config(wds_dir=shard.parent))
     config = make_config(wds_dir=shard.parent.as_uri(), data={"work_dir": str(tmp_path / "work_url")})

@@ -19,7 +19,6 @@ that reason's name, shared with bucket).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 from ..config import Config
 from ..conversation import Conversation, ConversationError, parse_conversation
 from ..manifest import SampleRecord, ShardRecord
-from ..tario import TRUNCATED_SHARD, RawSample, iter_samples, read_range
+from ..tario import TRUNCATED_SHARD, RawSample, is_url, iter_samples, open_source, read_range, source_stat
 from ..tokens import CountError, make_counter
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner", "BAD_JSON", "OVERLONG", "DUPLICATE_KEY", "UNREADABLE_SAMPLE"]
@@ -73,10 +72,10 @@ class ShardScanner:
 
     def scan(self, task: ShardTask) -> ShardOutcome:
         start = time.perf_counter()
-        stat = os.stat(task.path)
+        size, mtime_ns = source_stat(task.path)
         pending: list[_Pending] = []
         seen: set[str] = set()
-        with open(task.path, "rb") as handle:
+        with open_source(task.path) as handle:
             for seq, raw in enumerate(iter_samples(task.path)):
                 item = _Pending(raw=raw, seq=seq)
                 pending.append(item)
@@ -104,9 +103,9 @@ class ShardScanner:
         truncated = next((p for p in pending if p.status == TRUNCATED_SHARD), None)
         shard = ShardRecord(
             shard=task.shard,
-            path=str(Path(task.path).resolve()),
-            size=stat.st_size,
-            mtime_ns=stat.st_mtime_ns,
+            path=task.path if is_url(task.path) else str(Path(task.path).resolve()),
+            size=size,
+            mtime_ns=mtime_ns,
             n_samples=len(pending),
             status=TRUNCATED_SHARD if truncated else "ok",
             error=truncated.error if truncated else "",
