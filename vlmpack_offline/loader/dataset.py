@@ -59,7 +59,7 @@ import yaml
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import ConfigError, ShardError
-from ..output.energon_meta import META_DIR, energon_idx_offsets, read_idx
+from ..output.energon_meta import META_DIR, energon_idx_offsets, energon_members, read_idx
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
 from .encoder import PackEncoder
@@ -145,17 +145,9 @@ class PackIndex:
 
 
 def _cook(data: bytes, *, shard: str, index: int, where: str) -> CookedPack:
-    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-
     sample: dict = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar:
-            if not member.isreg() or skip_meta_re.match(member.name):
-                continue
-            match = split_name_re.match(member.name)
-            if match is None:
-                continue
-            key, part = match.groups()
+        for member, key, part in energon_members(tar):
             if sample.setdefault("__key__", key) != key:
                 raise ShardError(f"{where}: holds members of {sample['__key__']!r} and {key!r}; "
                                  "the .tar.idx does not match the tar: rerun `vlmpack write`")  # fmt: skip

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import struct
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -39,6 +40,7 @@ __all__ = [
     "read_split_parts",
     "energon_idx_offsets",
     "read_idx",
+    "energon_members",
     "run_energon_prepare",
 ]
 
@@ -80,22 +82,29 @@ def energon_idx_offsets(tar_path: Path) -> list[int]:
     Same rule as ``WebdatasetPreparator._preprocess_tar``: the header offset of the
     first member of each new key, then the offset after the last member.
     """
-    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
 
     offsets: list[int] = []
     last_key = None
     with tarfile.open(tar_path, mode="r:") as tar:
-        for member in tar:
-            if not member.isreg() or skip_meta_re.match(member.name):
-                continue
-            match = split_name_re.match(member.name)
-            if match is None:
-                continue
-            if match.group(1) != last_key:
+        for member, key, _part in energon_members(tar):
+            if key != last_key:
                 offsets.append(member.offset)
-                last_key = match.group(1)
+                last_key = key
         offsets.append(tar.offset)
     return offsets
+
+
+def energon_members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, str, str]]:
+    """``(member, key, part)`` of every member energon reads (its own skip and name rules), in tar order."""
+    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
+
+    for member in tar:
+        if not member.isreg() or skip_meta_re.match(member.name):
+            continue
+        match = split_name_re.match(member.name)
+        if match is not None:
+            key, part = match.groups()
+            yield member, key, part
 
 
 def read_idx(idx_path: Path) -> list[int]:
