@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from vlmpack_offline.conversation import ConversationError, MediaRef, parse_conversation
+from vlmpack_offline.conversation import MediaRef, parse_conversation
+from vlmpack_offline.reasons import DropError
 
 PARTS = ("json", "img0.jpg", "img1.png")
 
@@ -111,7 +112,7 @@ def test_media_named_with_the_sample_key_prefix_resolves_to_the_part():
          "more_tags_than_parts", "more_tags_than_images_list"],
 )
 def test_unusable_json_raises_with_its_drop_reason(raw, parts, reason):
-    with pytest.raises(ConversationError) as info:
+    with pytest.raises(DropError) as info:
         parse_conversation(raw, key="k", parts=parts)
     assert info.value.reason == reason
     assert str(info.value)
@@ -171,7 +172,7 @@ def test_llava_original_paths_resolve_by_basename_then_by_position():
     ids=["fewer_tags_than_list", "fewer_tags_than_parts", "more_tags_than_list", "list_not_a_list"],
 )
 def test_tags_and_media_that_disagree_drop_the_sample_naming_both_counts(data, parts, reason, counts):
-    with pytest.raises(ConversationError) as info:
+    with pytest.raises(DropError) as info:
         _parse(data, parts)
     assert info.value.reason == reason
     for text in counts:

@@ -12,7 +12,8 @@ import decord
 import pytest
 from PIL import Image
 
-from vlmpack_offline.conversation import ConversationError, parse_conversation
+from vlmpack_offline.conversation import parse_conversation
+from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.shards import (
     FAULT_REASONS,
     SyntheticSample,
@@ -22,7 +23,7 @@ from vlmpack_offline.synthetic.shards import (
     video_bytes,
     write_shard,
 )
-from vlmpack_offline.tario import BAD_MEMBER_NAME, iter_samples, read_range
+from vlmpack_offline.tario import iter_samples, read_range
 
 
 def _sha(path) -> str:
@@ -125,11 +126,11 @@ def test_faults_give_one_sample_per_drop_reason(faulty_dataset):
 
     for reason in ("bad_json", "unknown_format", "missing_media"):
         (sample, parts), = by_reason[reason]
-        with pytest.raises(ConversationError) as info:
+        with pytest.raises(DropError) as info:
             parse_conversation(parts["json"], key=sample.key, parts=list(parts))
         assert info.value.reason == reason
     for sample, _ in by_reason["bad_member_name"]:
-        assert sample.problem == BAD_MEMBER_NAME
+        assert sample.problem == Reason.BAD_MEMBER_NAME
     for sample, parts in by_reason["corrupt_media"]:
         conv = parse_conversation(parts["json"], key=sample.key, parts=list(parts))
         (ref,) = conv.media

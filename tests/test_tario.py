@@ -9,10 +9,9 @@ import tarfile
 
 import pytest
 
+from vlmpack_offline.reasons import Reason
 from vlmpack_offline.synthetic.shards import SyntheticSample, truncate, write_shard
 from vlmpack_offline.tario import (
-    BAD_MEMBER_NAME,
-    TRUNCATED_SHARD,
     iter_members,
     iter_samples,
     read_range,
@@ -76,7 +75,7 @@ def test_bad_member_names_are_flagged_not_followed(tmp_path):
     samples = {s.key: s for s in iter_samples(path)}
     assert samples["k0"].problem is None
     for key in ("../evil", "/abs/x"):
-        assert samples[key].problem == BAD_MEMBER_NAME
+        assert samples[key].problem == Reason.BAD_MEMBER_NAME
         assert key in samples[key].error
 
 
@@ -102,7 +101,7 @@ def test_truncated_shard_keeps_samples_before_the_cut(tmp_path, where):
         "at_member_boundary": header,
     }[where]
     samples = list(iter_samples(_cut_copy(tmp_path, path, at)))
-    assert [(s.key, s.problem) for s in samples] == [("k0", None), ("k1", None), ("k2", TRUNCATED_SHARD)]
+    assert [(s.key, s.problem) for s in samples] == [("k0", None), ("k1", None), ("k2", Reason.TRUNCATED_SHARD)]
     assert samples[-1].error
 
 
@@ -111,7 +110,7 @@ def test_header_cut_before_its_name_blames_the_previous_sample(tmp_path):
     path = write_shard(tmp_path / "s.tar", _samples(4))
     first_of_k2 = list(iter_members(path))[4]
     samples = list(iter_samples(_cut_copy(tmp_path, path, first_of_k2.offset - tarfile.BLOCKSIZE + 50)))
-    assert [(s.key, s.problem) for s in samples] == [("k0", None), ("k1", TRUNCATED_SHARD)]
+    assert [(s.key, s.problem) for s in samples] == [("k0", None), ("k1", Reason.TRUNCATED_SHARD)]
 
 
 def test_complete_shard_has_no_problem(tmp_path):

@@ -26,11 +26,11 @@ from transformers.video_utils import VideoMetadata
 from vlmpack_offline.config import VideoConfig
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.media import VideoInfo, decode_frames, sample_video
+from vlmpack_offline.reasons import DropError
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range
 from vlmpack_offline.tokens import (
-    CountError,
     ImageMedia,
     TokenCounter,
     VideoMedia,
@@ -199,14 +199,14 @@ def test_processor_kwargs_pixels_override_the_directory(make_config, qwen25_proc
 
 def test_aspect_ratio_over_200_is_unsupported(family):
     counter, _, _ = family
-    with pytest.raises(CountError) as info:
+    with pytest.raises(DropError) as info:
         counter.probe("image", image_bytes(4020, 20, fmt="PNG"), part="img0.png")
     assert info.value.reason == "unsupported_aspect"
 
 
 def test_unreadable_image_is_corrupt_media(family):
     counter, _, _ = family
-    with pytest.raises(CountError) as info:
+    with pytest.raises(DropError) as info:
         counter.probe("image", b"\xff\xd8 not really a jpeg", part="img0.jpg")
     assert info.value.reason == "corrupt_media"
 
@@ -217,7 +217,7 @@ def test_auto_tokenizer_counts_text_and_refuses_media(make_config, qwen25_proces
     _key, text_sample, _ = next(d for d in dataset if d[1].media_type == "text")
     expected = counter.tokenizer.apply_chat_template(list(text_sample.messages), tokenize=True)["input_ids"]
     assert counter.count(text_sample, []).token_len == len(expected)
-    with pytest.raises(CountError) as info:
+    with pytest.raises(DropError) as info:
         counter.probe("image", image_bytes(64, 64), part="img0.jpg")
     assert info.value.reason == "unsupported_media"
     assert "auto_processor" in str(info.value)
@@ -274,7 +274,7 @@ def test_text_with_literal_pad_token_is_refused(family, tmp_path):
         key="k",
         parts=["json"],
     )
-    with pytest.raises(CountError) as info:
+    with pytest.raises(DropError) as info:
         counter.count(conversation, [])
     assert info.value.reason == "unknown_format"
 

@@ -48,12 +48,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .reasons import DropError, Reason
+
 __all__ = [
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
     "MediaRef",
     "Conversation",
-    "ConversationError",
     "parse_conversation",
     "media_kind_of_part",
 ]
@@ -90,14 +91,6 @@ class Conversation:
 
     def to_json(self) -> dict:
         return {"messages": list(self.messages)}
-
-
-class ConversationError(ValueError):
-    """A sample's JSON cannot become a conversation; ``reason`` is the manifest drop reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def media_kind_of_part(part: str) -> str | None:
@@ -139,16 +132,15 @@ class _PartPool:
             queue = self.of_kind(kind)
             index = self._next[kind]
             if index >= len(queue):
-                raise ConversationError(
-                    "missing_media", f"the text has more {kind}s than the sample has {kind} parts ({len(queue)})"
+                raise DropError(Reason.MISSING_MEDIA, f"the text has more {kind}s than the sample has {kind} parts ({len(queue)})"
                 )
             self._next[kind] = index + 1
             return MediaRef(kind=kind, part=queue[index])
         if not isinstance(name, str):
-            raise ConversationError("unknown_format", f"{kind} reference must be a part name, got {name!r}")
+            raise DropError(Reason.UNKNOWN_FORMAT, f"{kind} reference must be a part name, got {name!r}")
         part = name[len(self._prefix) :] if name.startswith(self._prefix) else name
         if part not in self._parts:
-            raise ConversationError("missing_media", f"{kind} part {name!r} is not in the sample")
+            raise DropError(Reason.MISSING_MEDIA, f"{kind} part {name!r} is not in the sample")
         return MediaRef(kind=kind, part=part)
 
 
@@ -159,19 +151,19 @@ def parse_conversation(
     parts: Sequence[str],
     template_text_key: str | None = None,
 ) -> Conversation:
-    """Parse one sample JSON; raises ``ConversationError`` with a drop reason."""
+    """Parse one sample JSON; raises ``DropError`` with a drop reason."""
     try:
         data = json.loads(raw_json)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge int literals, deep nesting
-        raise ConversationError("bad_json", f"JSON does not parse: {str(exc)[:300]}") from None
+        raise DropError(Reason.BAD_JSON, f"JSON does not parse: {str(exc)[:300]}") from None
     try:  # "\ud800" parses, but no tokenizer or file can take a lone surrogate
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ConversationError("bad_json", f"JSON holds text that is not valid Unicode: {exc.reason}") from None
+        raise DropError(Reason.BAD_JSON, f"JSON holds text that is not valid Unicode: {exc.reason}") from None
     except RecursionError:
-        raise ConversationError("bad_json", "JSON is nested too deeply") from None
+        raise DropError(Reason.BAD_JSON, "JSON is nested too deeply") from None
     if not isinstance(data, dict):
-        raise ConversationError("unknown_format", f"sample JSON must be an object, got {type(data).__name__}")
+        raise DropError(Reason.UNKNOWN_FORMAT, f"sample JSON must be an object, got {type(data).__name__}")
     pool = _PartPool(key, parts)
     tags = _TaggedMedia(data, pool)
     if "messages" in data:
@@ -186,9 +178,9 @@ def parse_conversation(
         messages = _from_tagged_turns(_texts_turns(data[template_text_key]), tags)
     else:
         known = ["messages", "conversations"] + ([template_text_key] if template_text_key else [])
-        raise ConversationError("unknown_format", f"no known conversation key (looked for {', '.join(known)})")
+        raise DropError(Reason.UNKNOWN_FORMAT, f"no known conversation key (looked for {', '.join(known)})")
     if not messages:
-        raise ConversationError("unknown_format", "conversation has no turns")
+        raise DropError(Reason.UNKNOWN_FORMAT, "conversation has no turns")
     # a conversation without an assistant turn parses: whether it can be learned is loss.train_on's
     # question, answered by the counter (drop reason no_labels)
     media = tuple(
@@ -202,20 +194,20 @@ def parse_conversation(
 
 def _list(value: Any) -> list:
     if not isinstance(value, list) or not value:
-        raise ConversationError("unknown_format", "conversation must be a non-empty list")
+        raise DropError(Reason.UNKNOWN_FORMAT, "conversation must be a non-empty list")
     return value
 
 
 def _role(name: Any) -> str:
     role = _ROLE_ALIASES.get(str(name).lower()) if name is not None else None
     if role is None:
-        raise ConversationError("unknown_format", f"unknown role {name!r} (expected user/assistant/system)")
+        raise DropError(Reason.UNKNOWN_FORMAT, f"unknown role {name!r} (expected user/assistant/system)")
     return role
 
 
 def _value(turn: Any) -> str:
     if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-        raise ConversationError("unknown_format", "each ShareGPT turn needs a string `value`")
+        raise DropError(Reason.UNKNOWN_FORMAT, "each ShareGPT turn needs a string `value`")
     return turn["value"]
 
 
@@ -223,7 +215,7 @@ def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list
     messages = []
     for message in _list(raw):
         if not isinstance(message, dict):
-            raise ConversationError("unknown_format", "each message must be an object")
+            raise DropError(Reason.UNKNOWN_FORMAT, "each message must be an object")
         role = _role(message.get("role"))
         content = message.get("content")
         if isinstance(content, str):
@@ -231,34 +223,34 @@ def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list
         elif isinstance(content, list):
             items = [_item(entry, pool) for entry in content]
         else:
-            raise ConversationError("unknown_format", "message content must be a string or a list")
+            raise DropError(Reason.UNKNOWN_FORMAT, "message content must be a string or a list")
         messages.append({"role": role, "content": items})
     return messages
 
 
 def _item(entry: Any, pool: _PartPool) -> dict:
     if not isinstance(entry, dict):
-        raise ConversationError("unknown_format", f"content item must be an object, got {entry!r}")
+        raise DropError(Reason.UNKNOWN_FORMAT, f"content item must be an object, got {entry!r}")
     kind = entry.get("type")
     if kind == "text":
         if not isinstance(entry.get("text"), str):
-            raise ConversationError("unknown_format", "text item needs a string `text`")
+            raise DropError(Reason.UNKNOWN_FORMAT, "text item needs a string `text`")
         return {"type": "text", "text": entry["text"]}
     if kind in ("image", "video"):
         ref = pool.resolve(kind, entry.get(kind))
         return {"type": kind, kind: ref.part}
-    raise ConversationError("unknown_format", f"unknown content item type {kind!r}")
+    raise DropError(Reason.UNKNOWN_FORMAT, f"unknown content item type {kind!r}")
 
 
 def _texts_turns(raw: Any) -> list[tuple[str, str]]:
     turns: list[tuple[str, str]] = []
     for turn in _list(raw):
         if not isinstance(turn, dict):
-            raise ConversationError("unknown_format", "each `texts` turn must be an object")
+            raise DropError(Reason.UNKNOWN_FORMAT, "each `texts` turn must be an object")
         for role in ("system", "user", "assistant"):
             if role in turn:
                 if not isinstance(turn[role], str):
-                    raise ConversationError("unknown_format", f"`texts` {role} value must be a string")
+                    raise DropError(Reason.UNKNOWN_FORMAT, f"`texts` {role} value must be a string")
                 turns.append((role, turn[role]))
     return turns
 
@@ -292,8 +284,7 @@ class _TaggedMedia:
         if names is None:
             return self.pool.resolve(kind, None)
         if index >= len(names):
-            raise ConversationError(
-                "missing_media", f"the text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
+            raise DropError(Reason.MISSING_MEDIA, f"the text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
             )
         return self.pool.resolve_listed(kind, names[index], index, len(names))
 
@@ -304,7 +295,7 @@ class _TaggedMedia:
             available = len(names) if names is not None else (len(self.pool.of_kind(kind)) if used else 0)
             if used < available:
                 source = f"`{kind}s` lists {available}" if names is not None else f"the sample has {available} {kind} parts"
-                raise ConversationError("media_mismatch", f"the text has {used} <{kind}> tags but {source}")
+                raise DropError(Reason.MEDIA_MISMATCH, f"the text has {used} <{kind}> tags but {source}")
 
 
 def _media_list(data: dict, kind: str) -> list | None:
@@ -316,7 +307,7 @@ def _media_list(data: dict, kind: str) -> list | None:
                 return [value]
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 return value
-            raise ConversationError("unknown_format", f"`{name}` must be a part name or a list of part names")
+            raise DropError(Reason.UNKNOWN_FORMAT, f"`{name}` must be a part name or a list of part names")
     return None
 
 

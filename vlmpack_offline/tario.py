@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from .reasons import Reason
+
 __all__ = [
     "TarMember",
     "RawSample",
@@ -39,14 +41,8 @@ __all__ = [
     "is_url",
     "open_source",
     "source_stat",
-    "BAD_MEMBER_NAME",
-    "TRUNCATED_SHARD",
-    "DAMAGED_HEADER",
 ]
 
-BAD_MEMBER_NAME = "bad_member_name"
-TRUNCATED_SHARD = "truncated_shard"
-DAMAGED_HEADER = "damaged_header"  # a header mid-file fails its checksum; reading resumes at the next valid one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +50,7 @@ class TarMember:
     name: str  # full member path inside the tar
     offset: int  # byte offset of the member's data in the tar file
     size: int  # data size in bytes
-    problem: str | None = None  # BAD_MEMBER_NAME, TRUNCATED_SHARD or DAMAGED_HEADER when it cannot be used
+    problem: Reason | None = None  # BAD_MEMBER_NAME, TRUNCATED_SHARD or DAMAGED_HEADER when it cannot be used
     detail: str = ""  # what is wrong, for the drop's error text
 
     @property
@@ -94,11 +90,11 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     """Yield every regular file of a tar with its data offset and size.
 
     Directories, links and devices are skipped. A member whose name is absolute,
-    contains ``..`` or is not valid UTF-8 is yielded with ``problem=BAD_MEMBER_NAME``
+    contains ``..`` or is not valid UTF-8 is yielded with ``problem=Reason.BAD_MEMBER_NAME``
     (never followed). When the file ends inside a member or a header, a last member
-    with ``problem=TRUNCATED_SHARD`` is yielded and iteration stops: everything before
+    with ``problem=Reason.TRUNCATED_SHARD`` is yielded and iteration stops: everything before
     the cut stays usable. A damaged header with data after it (a checksum error
-    mid-file) yields a ``DAMAGED_HEADER`` member, and reading resumes at the next
+    mid-file) yields a ``Reason.DAMAGED_HEADER`` member, and reading resumes at the next
     block that is a valid header, so the samples after the damage are kept.
     """
     tar_path = str(tar_path)
@@ -112,7 +108,7 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                 tar = tarfile.TarFile(fileobj=handle, mode="r")  # reads from the handle's position on
             except tarfile.ReadError:  # not even a first header: empty or not a tar
                 if file_size and resume == 0:
-                    yield TarMember(name="?", offset=0, size=0, problem=TRUNCATED_SHARD, detail="not a tar file")
+                    yield TarMember(name="?", offset=0, size=0, problem=Reason.TRUNCATED_SHARD, detail="not a tar file")
                 return
             while True:
                 header_at = tar.offset
@@ -126,10 +122,10 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                     start = _next_header(handle, header_at + tarfile.BLOCKSIZE, file_size)
                     if start is None:  # tarfile reads a header cut short as a clean end
                         name = _cut_header_name(tar_path, header_at) or last_name or "?"
-                        yield TarMember(name=name, offset=header_at, size=0, problem=TRUNCATED_SHARD)
+                        yield TarMember(name=name, offset=header_at, size=0, problem=Reason.TRUNCATED_SHARD)
                         return
                     yield TarMember(
-                        name=last_name or "?", offset=header_at, size=0, problem=DAMAGED_HEADER,
+                        name=last_name or "?", offset=header_at, size=0, problem=Reason.DAMAGED_HEADER,
                         detail=f"damaged tar header at byte {header_at} (checksum error); reading resumed at "
                         f"byte {start}, the {start - header_at} bytes between are lost",
                     )  # fmt: skip
@@ -138,7 +134,7 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                     continue
                 last_name = info.name
                 if info.offset_data + info.size > file_size:
-                    yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=TRUNCATED_SHARD)
+                    yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=Reason.TRUNCATED_SHARD)
                     return
                 yield _member(info)
 
@@ -148,10 +144,10 @@ def _member(info: tarfile.TarInfo) -> TarMember:
         info.name.encode("utf-8")
     except UnicodeEncodeError:  # tarfile keeps undecodable bytes as surrogates
         shown = info.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        return TarMember(name=shown, offset=info.offset_data, size=info.size, problem=BAD_MEMBER_NAME,
+        return TarMember(name=shown, offset=info.offset_data, size=info.size, problem=Reason.BAD_MEMBER_NAME,
                          detail=f"member name {shown!r} is not valid UTF-8; it was not read")  # fmt: skip
     if _unsafe(info.name):
-        return TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=BAD_MEMBER_NAME,
+        return TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=Reason.BAD_MEMBER_NAME,
                          detail=f"member name {info.name!r} is absolute or contains '..'; it was not read")  # fmt: skip
     return TarMember(name=info.name, offset=info.offset_data, size=info.size)
 

@@ -4,12 +4,10 @@ Scan (token counting) and the loader (pixel decoding) call the same functions,
 so the frames and sizes counted offline are the ones decoded at training time.
 """
 
-from .errors import MediaError
 from .image_info import ImageSize, image_size, open_image
 from .video import VideoInfo, VideoSampling, decode_frames, probe_video, sample_video
 
 __all__ = [
-    "MediaError",
     "ImageSize",
     "image_size",
     "open_image",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from .errors import CORRUPT_MEDIA, MediaError
+from ..reasons import DropError, Reason
 
 __all__ = ["ImageSize", "image_size", "open_image"]
 
@@ -29,18 +29,18 @@ def open_image(data: bytes, *, part: str = "image") -> Image.Image:
     try:
         return Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as exc:  # the loader's PIL would refuse it the same way
-        raise MediaError(CORRUPT_MEDIA, f"{part}: image too large for PIL ({exc})") from None
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: image too large for PIL ({exc})") from None
     except Exception as exc:  # PIL raises many types for bad files (UnidentifiedImageError, SyntaxError, ...)
         text = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", "the bytes", str(exc))  # no addresses in rows
-        raise MediaError(
-            CORRUPT_MEDIA, f"{part}: not a readable image ({type(exc).__name__}: {text})"
+        raise DropError(
+            Reason.CORRUPT_MEDIA, f"{part}: not a readable image ({type(exc).__name__}: {text})"
         ) from None
 
 
 def image_size(data: bytes, *, part: str = "image") -> ImageSize:
-    """Width and height from the header; raises ``MediaError(corrupt_media)`` for unreadable or empty images."""
+    """Width and height from the header; raises ``DropError(corrupt_media)`` for unreadable or empty images."""
     with open_image(data, part=part) as image:
         width, height = image.size
     if width <= 0 or height <= 0:
-        raise MediaError(CORRUPT_MEDIA, f"{part}: image has an empty size {width}x{height}")
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: image has an empty size {width}x{height}")
     return ImageSize(width=width, height=height)

@@ -29,7 +29,7 @@ import numpy as np
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from ..config import VideoConfig
-from .errors import CORRUPT_MEDIA, UNSUPPORTED_ASPECT, MediaError
+from ..reasons import DropError, Reason
 
 __all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video"]
 
@@ -108,15 +108,15 @@ def probe_video(data: bytes, *, part: str = "video") -> VideoInfo:
         try:
             return _probe_pyav(data)
         except Exception as exc:
-            raise MediaError(
-                CORRUPT_MEDIA, f"{part}: not a readable video (decord: {decord_exc}; PyAV: {exc})"
+            raise DropError(
+                Reason.CORRUPT_MEDIA, f"{part}: not a readable video (decord: {decord_exc}; PyAV: {exc})"
             ) from None
     try:
         n_frames = len(reader)
         fps = float(reader.get_avg_fps())
         height, width = reader[0].shape[:2] if n_frames else (0, 0)
     except Exception as exc:
-        raise MediaError(CORRUPT_MEDIA, f"{part}: video cannot be decoded ({exc})") from None
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video cannot be decoded ({exc})") from None
     return _checked(
         VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part
     )
@@ -138,11 +138,11 @@ def _probe_pyav(data: bytes) -> VideoInfo:
 
 def _checked(info: VideoInfo, part: str) -> VideoInfo:
     if info.n_frames < 2:
-        raise MediaError(CORRUPT_MEDIA, f"{part}: video has {info.n_frames} frame(s); at least 2 are needed")
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video has {info.n_frames} frame(s); at least 2 are needed")
     if not info.native_fps > 0 or not math.isfinite(info.native_fps):
-        raise MediaError(CORRUPT_MEDIA, f"{part}: video reports no usable frame rate ({info.native_fps})")
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video reports no usable frame rate ({info.native_fps})")
     if info.height <= 0 or info.width <= 0:
-        raise MediaError(CORRUPT_MEDIA, f"{part}: video frames have an empty size {info.width}x{info.height}")
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video frames have an empty size {info.width}x{info.height}")
     return info
 
 
@@ -162,7 +162,7 @@ def sample_video(
     ``factor`` is the model's patch_size * merge_size (28 for Qwen2.5-VL, 32 for Qwen3-VL);
     ``temporal_factor`` its temporal_patch_size. Unset (None) fields of ``video`` take the recipe's
     value for ``factor`` (``recipe_video``); pass ``ModelRules.video`` (or ``resolve_video``'s result) to
-    also honour the processor folder's video settings. Raises ``MediaError`` (``corrupt_media`` when
+    also honour the processor folder's video settings. Raises ``DropError`` (``corrupt_media`` when
     too few frames, ``unsupported_aspect`` past 200:1).
     """
     info = _checked(info, part)
@@ -175,8 +175,8 @@ def sample_video(
     nframes = total / info.native_fps * video.fps
     nframes = _floor(min(max(nframes, min_frames), max_frames, total), temporal_factor)
     if not temporal_factor <= nframes <= total:
-        raise MediaError(
-            CORRUPT_MEDIA,
+        raise DropError(
+            Reason.CORRUPT_MEDIA,
             f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})",
         )
     indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
@@ -188,7 +188,7 @@ def sample_video(
             info.height, info.width, factor=factor, min_pixels=video.min_pixels, max_pixels=max_pixels
         )
     except ValueError as exc:
-        raise MediaError(UNSUPPORTED_ASPECT, f"{part}: {exc} ({info.width}x{info.height})") from None
+        raise DropError(Reason.UNSUPPORTED_ASPECT, f"{part}: {exc} ({info.width}x{info.height})") from None
     return VideoSampling(
         frame_indices=tuple(int(i) for i in indices),
         resized_height=int(height),
@@ -220,8 +220,8 @@ def _sample_hf_qwen3(
             factor=factor, min_pixels=video.min_pixels, max_pixels=video.max_pixels,
         )  # fmt: skip
     except ValueError as exc:  # too few frames, or past 200:1
-        reason = UNSUPPORTED_ASPECT if "aspect" in str(exc) else CORRUPT_MEDIA
-        raise MediaError(reason, f"{part}: {exc} ({info.width}x{info.height}, {nframes} frames)") from None
+        reason = Reason.UNSUPPORTED_ASPECT if "aspect" in str(exc) else Reason.CORRUPT_MEDIA
+        raise DropError(reason, f"{part}: {exc} ({info.width}x{info.height}, {nframes} frames)") from None
     indices += [indices[-1]] * (-len(indices) % temporal_factor)
     return VideoSampling(
         frame_indices=tuple(indices),
@@ -268,7 +268,7 @@ def _decode_pyav(data: bytes, indices: tuple[int, ...]) -> np.ndarray:
             if position >= indices[-1]:
                 break
     if len(out) != len(indices):
-        raise MediaError(
-            CORRUPT_MEDIA, f"video has fewer frames than probed ({len(out)} of {len(indices)} decoded)"
+        raise DropError(
+            Reason.CORRUPT_MEDIA, f"video has fewer frames than probed ({len(out)} of {len(indices)} decoded)"
         )
     return np.stack(out)

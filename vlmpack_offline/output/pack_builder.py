@@ -23,10 +23,11 @@ from typing import BinaryIO
 import numpy as np
 
 from ..artifacts import canonical_json
-from ..conversation import Conversation, ConversationError, parse_conversation
+from ..conversation import Conversation, parse_conversation
 from ..errors import LengthMismatchError, ShardError
 from ..manifest import SampleRecord
 from ..packed_format import JSON_PART, PackedSample, PackedSubSample, media_part_name
+from ..reasons import DropError
 from ..tario import read_range
 
 __all__ = ["MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pack", "json_part_of", "ids_npy_bytes"]
@@ -133,7 +134,7 @@ def _sub_sample(
         conversation = parse_conversation(
             raw, key=record.key, parts=[m[0] for m in record.members], template_text_key=template_text_key
         )
-    except ConversationError as exc:
+    except DropError as exc:
         raise ShardError(
             f"sample {record.id!r} was scanned as ok but its JSON no longer parses ({exc}): rerun `vlmpack scan`"
         ) from None

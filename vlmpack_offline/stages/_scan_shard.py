@@ -13,8 +13,7 @@ while reading, parsing, probing or counting one sample) drops that sample as
 
 The scan does not apply ``sample.max_token_len``: every countable sample is
 ``ok`` with its token_len, so a new capacity reruns bucket and plan only.
-``bucket`` drops the samples longer than C as ``overlong`` (``OVERLONG`` here is
-that reason's name, shared with bucket).
+``bucket`` drops the samples longer than C as ``Reason.OVERLONG``.
 """
 
 from __future__ import annotations
@@ -24,17 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..conversation import Conversation, ConversationError, parse_conversation
+from ..conversation import Conversation, parse_conversation
 from ..manifest import SampleRecord, ShardRecord
-from ..tario import TRUNCATED_SHARD, RawSample, is_url, iter_samples, open_source, read_range, source_stat
-from ..tokens import CountError, make_counter
+from ..reasons import DropError, Reason
+from ..tario import RawSample, is_url, iter_samples, open_source, read_range, source_stat
+from ..tokens import make_counter
 
-__all__ = ["ShardTask", "ShardOutcome", "ShardScanner", "BAD_JSON", "OVERLONG", "DUPLICATE_KEY", "UNREADABLE_SAMPLE"]
-
-BAD_JSON = "bad_json"
-OVERLONG = "overlong"
-DUPLICATE_KEY = "duplicate_key"
-UNREADABLE_SAMPLE = "unreadable_sample"  # an unforeseen error while reading or counting one sample
+__all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
 _BATCH = 256  # samples per tokenizer call
 
 
@@ -82,7 +77,7 @@ class ShardScanner:
                 if raw.problem:
                     item.status, item.error = raw.problem, raw.error
                 elif raw.key in seen:
-                    item.status = DUPLICATE_KEY
+                    item.status = Reason.DUPLICATE_KEY
                     item.error = (
                         f"key {raw.key!r} appears twice in {task.shard} (members are not consecutive)"
                     )
@@ -96,21 +91,21 @@ class ShardScanner:
         for begin in range(0, len(ready), _BATCH):
             batch = ready[begin : begin + _BATCH]
             for item, result in zip(batch, self._count(batch), strict=True):
-                if isinstance(result, CountError):
+                if isinstance(result, DropError):
                     item.status, item.error = result.reason, str(result)
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
-        truncated = next((p for p in pending if p.status == TRUNCATED_SHARD), None)
+        truncated = next((p for p in pending if p.status == Reason.TRUNCATED_SHARD), None)
         shard = ShardRecord(
             shard=task.shard,
             path=task.path if is_url(task.path) else str(Path(task.path).resolve()),
             size=size,
             mtime_ns=mtime_ns,
             n_samples=len(pending),
-            status=TRUNCATED_SHARD if truncated else "ok",
+            status=Reason.TRUNCATED_SHARD if truncated else "ok",
             error=truncated.error if truncated else "",
         )
-        samples = [self._record(task.shard, p, seen_twice=p.status == DUPLICATE_KEY) for p in pending]
+        samples = [self._record(task.shard, p, seen_twice=p.status == Reason.DUPLICATE_KEY) for p in pending]
         return ShardOutcome(shard=shard, samples=samples, seconds=time.perf_counter() - start)
 
     def _count(self, batch: list[_Pending]) -> list:
@@ -124,7 +119,7 @@ class ShardScanner:
                     results.extend(self.counter.count_many([(item.conversation, item.media)]))
                 except Exception as exc:  # noqa: BLE001
                     _unreadable(item, exc)
-                    results.append(CountError(item.status, item.error))
+                    results.append(DropError(item.status, item.error))
             return results
 
     def _prepare(self, item: _Pending, handle) -> None:
@@ -132,7 +127,7 @@ class ShardScanner:
         json_member = raw.part("json")
         if json_member is None:
             parts = ", ".join(m.part or m.name for m in raw.members)
-            item.status = BAD_JSON
+            item.status = Reason.BAD_JSON
             item.error = f"sample has no .json part (members: {parts}); every sample needs <key>.json"
             return
         media_parts = [m.part for m in raw.members if m.part != "json"]
@@ -143,7 +138,7 @@ class ShardScanner:
                 parts=media_parts,
                 template_text_key=self.config.data.template_text_key,
             )
-        except ConversationError as exc:
+        except DropError as exc:
             item.status, item.error = exc.reason, str(exc)
             return
         item.conversation = conversation
@@ -156,7 +151,7 @@ class ShardScanner:
                         ref.kind, read_range(handle, member.offset, member.size), part=ref.part
                     )
                 )
-        except CountError as exc:
+        except DropError as exc:
             item.status, item.error = exc.reason, str(exc)
             return
         item.media = media
@@ -183,7 +178,7 @@ class ShardScanner:
 
 
 def _unreadable(item: _Pending, exc: BaseException) -> None:
-    item.status = UNREADABLE_SAMPLE
+    item.status = Reason.UNREADABLE_SAMPLE
     item.error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
 

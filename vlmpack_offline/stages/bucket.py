@@ -33,13 +33,12 @@ from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerpr
 from ..config import Config, section_fingerprint_payload
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
+from ..reasons import Reason
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
 
 __all__ = ["run", "bins_dir", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
-           "read_overlong_ids", "OVERLONG"]
-
-OVERLONG = "overlong"  # the drop reason bucket records
+           "read_overlong_ids"]
 
 
 def bins_dir(config: Config) -> Path:
@@ -142,10 +141,10 @@ def run(config: Config) -> StageResult:
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
-    summary.append(f"{len(overlong)} samples dropped as {OVERLONG} (> {capacity} tokens): "
+    summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens): "
                    f"{bins_dir(config) / 'overlong.jsonl'}")
     return StageResult(stage="bucket", summary=summary,
-                       counts={"samples": n_packed, "packs": n_packs, f"dropped_{OVERLONG}": len(overlong)},
+                       counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
                        seconds=time.perf_counter() - started)
 
 
@@ -160,7 +159,7 @@ def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int) 
                 (capacity,),
             )
             for sample_id, token_len in rows:
-                handle.write(canonical_json({"id": sample_id, "status": OVERLONG, "token_len": token_len,
+                handle.write(canonical_json({"id": sample_id, "status": Reason.OVERLONG, "token_len": token_len,
                                              "error": overlong_error(token_len, capacity)}) + "\n")
 
 

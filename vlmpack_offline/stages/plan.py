@@ -26,10 +26,11 @@ from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
+from ..reasons import Reason
 from ..stage_result import StageResult
 from ..stats import compute_stats, write_stats
 from ._ok_samples import manifest_fingerprint
-from .bucket import OVERLONG, bins_dir, bins_fingerprint, read_bins_meta
+from .bucket import bins_dir, bins_fingerprint, read_bins_meta
 
 __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 
@@ -139,7 +140,7 @@ def run(config: Config) -> StageResult:
     del indexes
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
     drops = dict(bins_meta.get("manifest_drops", {}))
-    drops[OVERLONG] = drops.get(OVERLONG, 0) + int(overlong.size)
+    drops[Reason.OVERLONG] = drops.get(Reason.OVERLONG, 0) + int(overlong.size)
     meta = {
         "stage": "plan", "fingerprint": expected, "bins_fingerprint": bins_fp, "capacity": capacity,
         "manifest_fingerprint": manifest_fingerprint(config.work_dir),

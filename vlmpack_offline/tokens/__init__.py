@@ -10,7 +10,7 @@
     factory.py     make_counter(config): picks the fast or slow path
 """
 
-from .counter import Count, CountError, Materialized, TokenCounter, load_tokenizer
+from .counter import Count, Materialized, TokenCounter, load_tokenizer
 from .expansion import Expander, SpecialTokens
 from .factory import make_counter
 from .media_info import ImageMedia, MediaInfo, VideoMedia, grid_thw, media_token_count, probe_media
@@ -18,7 +18,6 @@ from .rules import FAST_FAMILIES, ModelRules, load_model_rules
 
 __all__ = [
     "Count",
-    "CountError",
     "Materialized",
     "TokenCounter",
     "load_tokenizer",

@@ -30,20 +30,16 @@ from pathlib import Path
 from ..config import Config, VideoConfig
 from ..conversation import Conversation
 from ..errors import ConfigError
-from ..media import MediaError
+from ..reasons import DropError, Reason
 from .expansion import Expander
 from .media_info import MediaInfo, probe_media
 from .rules import ModelRules, load_model_rules
 from .spans import ChatRenderer, SpanError
 
 __all__ = [
-    "Count", "CountError", "Materialized", "TokenCounter", "load_tokenizer", "render_or_drop", "require_labels",
-    "UNSUPPORTED_MEDIA", "NO_LABELS",
+    "Count", "Materialized", "TokenCounter", "load_tokenizer", "render_or_drop", "require_labels",
 ]  # fmt: skip
 
-UNKNOWN_FORMAT = "unknown_format"
-UNSUPPORTED_MEDIA = "unsupported_media"  # media sample while model.processor_loader is auto_tokenizer
-NO_LABELS = "no_labels"  # loss.train_on is assistant and the sample has no assistant turn to learn
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,41 +54,33 @@ class Materialized:
     assistant_mask: list[int]  # 1 where the token is learned (per train_on), 0 elsewhere; never 1 on media
 
 
-class CountError(ValueError):
-    """A sample that cannot be counted; ``reason`` is its manifest drop reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 def render_or_drop(
     chat: ChatRenderer, conversation: Conversation, *, spans: bool = False
 ) -> tuple[str, list[tuple[int, int]]]:
-    """``chat`` rendering of one sample (and its assistant spans); failures become ``CountError``."""
+    """``chat`` rendering of one sample (and its assistant spans); failures become ``DropError``."""
     try:
         if spans:
             return chat.render_with_spans(conversation.messages)
         return chat.render(conversation.messages), []
     except SpanError as exc:
-        raise CountError(NO_LABELS, str(exc)) from None
+        raise DropError(Reason.NO_LABELS, str(exc)) from None
     except Exception as exc:  # jinja raises its own errors (TemplateError, UndefinedError, ...)
-        raise CountError(UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
+        raise DropError(Reason.UNKNOWN_FORMAT, f"chat template failed on this conversation: {exc}") from None
 
 
 def require_labels(chat: ChatRenderer, conversation: Conversation, train_on: str) -> None:
-    """Raise ``CountError(no_labels)`` when ``train_on`` is assistant and no assistant turn has a token."""
+    """Raise ``DropError(no_labels)`` when ``train_on`` is assistant and no assistant turn has a token."""
     if train_on != "assistant":
         return
     if not any(m.get("role") == "assistant" for m in conversation.messages):
-        raise CountError(
-            NO_LABELS,
+        raise DropError(
+            Reason.NO_LABELS,
             "the sample has no assistant turn, so it has nothing to learn (loss.train_on: assistant); "
             "set loss.train_on: all to train on its text",
         )
     _, spans = render_or_drop(chat, conversation, spans=True)
     if not any(end > start for start, end in spans):
-        raise CountError(NO_LABELS, "the chat template renders no assistant tokens for this sample")
+        raise DropError(Reason.NO_LABELS, "the chat template renders no assistant tokens for this sample")
 
 
 def load_tokenizer(path: str):
@@ -142,17 +130,14 @@ class TokenCounter:
 
     # -- media --------------------------------------------------------------
     def probe(self, kind: str, data: bytes, *, part: str = "") -> MediaInfo:
-        """Facts about one media part; raises ``CountError`` with its drop reason."""
+        """Facts about one media part; raises ``DropError`` with its drop reason."""
         if self.rules.text_only:
-            raise CountError(
-                UNSUPPORTED_MEDIA,
+            raise DropError(
+                Reason.UNSUPPORTED_MEDIA,
                 f"{part or kind}: model.processor_loader is auto_tokenizer, so only text samples can be counted; "
                 "set it to auto_processor to keep image/video samples",
             )
-        try:
-            return probe_media(kind, data, rules=self.rules, video=self.video, part=part)
-        except MediaError as exc:
-            raise CountError(exc.reason, str(exc)) from None
+        return probe_media(kind, data, rules=self.rules, video=self.video, part=part)
 
     # -- rendering ----------------------------------------------------------
     def render(self, conversation: Conversation, *, spans: bool = False) -> tuple[str, list[tuple[int, int]]]:
@@ -168,8 +153,8 @@ class TokenCounter:
     def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
         expected = [m.kind for m in conversation.media]
         if list(found) != expected:
-            raise CountError(
-                UNKNOWN_FORMAT,
+            raise DropError(
+                Reason.UNKNOWN_FORMAT,
                 f"the chat template rendered media pads {list(found)} for media items {expected}; "
                 "text that contains literal <|image_pad|>/<|video_pad|> is not supported",
             )
@@ -177,10 +162,10 @@ class TokenCounter:
     # -- counting -----------------------------------------------------------
     def count_many(
         self, samples: Sequence[tuple[Conversation, Sequence[MediaInfo]]]
-    ) -> list[Count | CountError]:
-        """Counts for many samples with one batched tokenizer call; a failed sample gets its ``CountError``."""
+    ) -> list[Count | DropError]:
+        """Counts for many samples with one batched tokenizer call; a failed sample gets its ``DropError``."""
         texts: list[str] = []
-        results: list[Count | CountError | None] = []
+        results: list[Count | DropError | None] = []
         try:  # one template call for the batch; on any failure, per sample to isolate the bad one
             texts = self._render_all([c for c, _ in samples])
             results = [None] * len(samples)
@@ -189,7 +174,7 @@ class TokenCounter:
                 try:
                     texts.append(self.render(conversation)[0])
                     results.append(None)
-                except CountError as exc:
+                except DropError as exc:
                     results.append(exc)
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
         image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
@@ -207,16 +192,14 @@ class TokenCounter:
                     token_len += size.tokens - 1
                     media_tokens += size.media_tokens
                 results[index] = Count(token_len=token_len, media_tokens=media_tokens)
-            except CountError as exc:
+            except DropError as exc:
                 results[index] = exc
-            except MediaError as exc:
-                results[index] = CountError(exc.reason, str(exc))
         return results  # type: ignore[return-value]
 
     def count(self, conversation: Conversation, media: Sequence[MediaInfo]) -> Count:
-        """``count_many`` for one sample; raises ``CountError``."""
+        """``count_many`` for one sample; raises ``DropError``."""
         (result,) = self.count_many([(conversation, media)])
-        if isinstance(result, CountError):
+        if isinstance(result, DropError):
             raise result
         return result
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from ..config import VideoConfig
-from ..media import MediaError, VideoSampling, image_size, probe_video, sample_video
-from ..media.errors import UNSUPPORTED_ASPECT
+from ..media import VideoSampling, image_size, probe_video, sample_video
+from ..reasons import DropError, Reason
 from .rules import ModelRules, resolve_video
 
 __all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "grid_thw", "media_token_count"]
@@ -40,7 +40,7 @@ MediaInfo = ImageMedia | VideoMedia
 def probe_media(
     kind: str, data: bytes, *, rules: ModelRules, video: VideoConfig | None, part: str = "", check_grid: bool = True
 ) -> MediaInfo:
-    """Read one media part's facts (no pixel decode for images); raises ``MediaError`` with a drop reason.
+    """Read one media part's facts (no pixel decode for images); raises ``DropError`` with a drop reason.
 
     ``video`` is the config's ``video:`` section: its set fields win over ``rules.video`` (the
     processor folder's settings over the family recipe).
@@ -83,8 +83,8 @@ def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[in
             max_pixels=rules.max_pixels,
         )
     except ValueError as exc:  # transformers refuses aspect ratios past 200:1
-        raise MediaError(
-            UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})"
+        raise DropError(
+            Reason.UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})"
         ) from None
     return 1, height // rules.patch_size, width // rules.patch_size
 

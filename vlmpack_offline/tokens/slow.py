@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from ..config import Config
 from ..conversation import Conversation
 from ..errors import ConfigError
-from ..media import MediaError, decode_frames, open_image
-from .counter import Count, CountError, render_or_drop, require_labels
+from ..media import decode_frames, open_image
+from ..reasons import DropError, Reason
+from .counter import Count, render_or_drop, require_labels
 from .media_info import VideoMedia, probe_media
 from .rules import ModelRules, load_model_rules
 from .spans import ChatRenderer
@@ -69,22 +70,19 @@ class SlowCounter:
         return cls(load_model_rules(config.model), config)
 
     def probe(self, kind: str, data: bytes, *, part: str = "") -> RawMedia:
-        try:
-            info = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
-        except MediaError as exc:
-            raise CountError(exc.reason, str(exc)) from None
+        info = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
         return RawMedia(
             kind=kind, data=data, part=part or kind, video=info if isinstance(info, VideoMedia) else None
         )
 
     def count_many(
         self, samples: Sequence[tuple[Conversation, Sequence[RawMedia]]]
-    ) -> list[Count | CountError]:
-        out: list[Count | CountError] = []
+    ) -> list[Count | DropError]:
+        out: list[Count | DropError] = []
         for conversation, media in samples:
             try:
                 out.append(self.count(conversation, media))
-            except CountError as exc:
+            except DropError as exc:
                 out.append(exc)
         return out
 
@@ -96,6 +94,6 @@ class SlowCounter:
         try:
             out = self.processor(text=[rendered], images=images or None, videos=videos or None)
         except Exception as exc:
-            raise CountError("corrupt_media", f"the HF processor failed on this sample: {exc}") from None
+            raise DropError(Reason.CORRUPT_MEDIA, f"the HF processor failed on this sample: {exc}") from None
         ids = list(out["input_ids"][0])
         return Count(token_len=len(ids), media_tokens=sum(1 for i in ids if i in self._media_ids))
