@@ -2,15 +2,24 @@
 
 The key names of ``data``, ``sample``, ``model``, ``packed_wds`` and ``process`` are
 those of the published offline-packing tool vlmpack replaces, so its configs load
-as they are. ``video``, ``packing``, ``split``, ``write`` and ``loss`` are ours.
+as they are. ``video``, ``packing``, ``split``, ``write``, ``loss`` and ``scan`` are ours.
 Unknown keys and wrongly typed values are errors naming the file and the key.
 ``configs/config.yaml`` documents every key.
+
+The published tool's other keys (``_published.py`` holds the table) are mapped to
+ours where there is an equivalent (``data.packed_json_dir`` -> ``data.work_dir``,
+``model_type: kimi-k2.5`` -> ``kimi_k25``, ``log.level``) and otherwise accepted with
+one notice each, logged once, saying why the key has no effect here.
+
+Relative paths: inside a config file they are relative to the file's folder; in
+``--set`` they are relative to the current directory (where the command runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ._published import PATH_KEYS, translate_published
 from .errors import ConfigError
 
 __all__ = [
@@ -34,6 +44,7 @@ __all__ = [
     "SplitConfig",
     "WriteConfig",
     "LossConfig",
+    "ScanConfig",
     "load_config",
     "config_from_dict",
     "section_fingerprint_payload",
@@ -42,6 +53,7 @@ __all__ = [
 CONFIG_SCHEMA_VERSION = 1
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
+log = logging.getLogger(__name__)
 
 
 @dataclass(**_FROZEN)
@@ -64,6 +76,8 @@ class ModelConfig:
     model_type: str | None = None  # HF name (qwen2_vl, qwen2_5_vl, qwen3_vl, ...); read from the processor dir if absent
     processor_loader: Literal["auto_processor", "auto_tokenizer"] = "auto_processor"
     processor_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained
+    # extra variables for the chat template (e.g. Kimi-K2.5's {thinking: false}), used by scan and loader alike
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def processor_path(self) -> str:
@@ -139,6 +153,14 @@ class LossConfig:
 
 
 @dataclass(**_FROZEN)
+class ScanConfig:
+    """Checks on the scan's outcome (not part of its fingerprint: changing them needs no rescan)."""
+
+    # the scan exits 1 after writing its report when dropped / input samples is above this; 1.0 = never
+    max_drop_ratio: float = 0.05
+
+
+@dataclass(**_FROZEN)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
@@ -150,7 +172,9 @@ class Config:
     split: SplitConfig = field(default_factory=SplitConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    scan: ScanConfig = field(default_factory=ScanConfig)
     source: str = "<dict>"  # the file this config came from, for messages
+    notices: tuple[str, ...] = ()  # one line per published-tool key that has no effect here (logged once)
 
     @property
     def work_dir(self) -> Path:
@@ -187,7 +211,7 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: `{where}` must be a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    known = {f.name for f in dataclasses.fields(cls) if f.name not in ("source", "notices")}
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{where}.{key}" if where else str(key)
@@ -209,7 +233,8 @@ def _describe(hint: Any) -> str:
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
-def _apply_override(raw: dict, assignment: str, source: str) -> None:
+def _apply_override(raw: dict, assignment: str, source: str, base: Path | None = None) -> None:
+    """Set one ``section.key=value``; a path key's relative value is resolved against ``base`` when given."""
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected section.key=value")
     dotted, text = assignment.split("=", 1)
@@ -219,22 +244,48 @@ def _apply_override(raw: dict, assignment: str, source: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"{source}: --set {dotted}: `{part}` is not a section")
-    node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    value = yaml.safe_load(text) if text.strip() else None
+    node[parts[-1]] = _resolve_path_value(tuple(parts), value, base) if base is not None else value
 
 
-def config_from_dict(raw: dict, *, source: str = "<dict>", overrides: tuple[str, ...] = ()) -> Config:
-    """Validate a plain dict (as read from YAML) and apply ``--set`` overrides."""
+def config_from_dict(
+    raw: dict, *, source: str = "<dict>", overrides: tuple[str, ...] = (), override_base: Path | None = None
+) -> Config:
+    """Validate a plain dict (as read from YAML) and apply ``--set`` overrides.
+
+    ``override_base``: the folder relative ``--set`` paths resolve against (``load_config`` passes the
+    current directory); None leaves them as written.
+    """
     raw = json.loads(json.dumps(raw or {}))  # deep copy, and rejects non-JSON values early
     for assignment in overrides:
-        _apply_override(raw, assignment, source)
+        _apply_override(raw, assignment, source, override_base)
+    raw, notices, log_level = translate_published(raw, source)
     config = _build(Config, raw, "", source)
-    config = dataclasses.replace(config, source=source)
+    config = dataclasses.replace(config, source=source, notices=tuple(notices))
     _check(config)
+    if log_level is not None:
+        logging.getLogger(__package__).setLevel(log_level)
+    for notice in notices:
+        _notice_once(notice)
     return config
 
 
+_NOTICED: set[str] = set()
+
+
+def _notice_once(text: str) -> None:
+    """Log a notice the first time this process sees it (each stage loads the config once, tests many times)."""
+    if text not in _NOTICED:
+        _NOTICED.add(text)
+        log.warning("%s", text)
+
+
 def load_config(path: str | Path, overrides: tuple[str, ...] = ()) -> Config:
-    """Read and validate a YAML config; relative paths in ``data`` resolve against the file's folder."""
+    """Read and validate a YAML config.
+
+    Relative paths written in the file resolve against the file's folder; relative paths given with
+    ``--set`` resolve against the current directory.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -242,31 +293,35 @@ def load_config(path: str | Path, overrides: tuple[str, ...] = ()) -> Config:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    config = config_from_dict(raw, source=str(path), overrides=overrides)
-    return _resolve_paths(config, path.parent)
+    if isinstance(raw, dict):
+        raw = json.loads(json.dumps(raw))
+        for keys in PATH_KEYS:
+            _resolve_raw_path(raw, keys, path.parent.resolve())
+    return config_from_dict(raw, source=str(path), overrides=overrides, override_base=Path.cwd())
 
 
-def _resolve_paths(config: Config, base: Path) -> Config:
-    def fix(p: str) -> str:
-        if not p or "://" in p:
-            return p
-        return str(p) if Path(p).is_absolute() else str((base / p).resolve())
+def _resolve_raw_path(raw: dict, keys: tuple[str, ...], base: Path) -> None:
+    node: Any = raw
+    for key in keys[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and keys[-1] in node:
+        node[keys[-1]] = _resolve_path_value(keys, node[keys[-1]], base)
 
-    data = config.data
-    wds = [fix(p) for p in data.wds_dir] if isinstance(data.wds_dir, list) else fix(data.wds_dir)
-    data = dataclasses.replace(
-        data, wds_dir=wds, work_dir=fix(data.work_dir), packed_wds_dir=fix(data.packed_wds_dir)
-    )
-    kwargs = dict(config.model.processor_kwargs)
-    proc = kwargs.get("pretrained_model_name_or_path")
-    # a local path relative to the config (a hub id like "Qwen/Qwen2-VL-2B" is left alone); "./" or "../"
-    # marks a path even before it exists, e.g. the demo processor written after the config is read
-    if isinstance(proc, str) and not Path(proc).is_absolute() and (
-        (base / proc).exists() or proc.startswith(("./", "../"))
-    ):
-        kwargs["pretrained_model_name_or_path"] = str((base / proc).resolve())
-    model = dataclasses.replace(config.model, processor_kwargs=kwargs)
-    return dataclasses.replace(config, data=data, model=model)
+
+def _resolve_path_value(keys: tuple[str, ...], value: Any, base: Path) -> Any:
+    """``value`` with relative local paths made absolute against ``base`` (URLs and hub ids left alone)."""
+    if keys not in PATH_KEYS:
+        return value
+    if isinstance(value, list):
+        return [_resolve_path_value(keys, v, base) for v in value]
+    if not isinstance(value, str) or not value or "://" in value or Path(value).is_absolute():
+        return value
+    if keys[-1] == "pretrained_model_name_or_path":
+        # a hub id like "Qwen/Qwen2-VL-2B" is left alone; "./" or "../" marks a path even before it exists,
+        # e.g. the demo processor written after the config is read
+        if not ((base / value).exists() or value.startswith(("./", "../"))):
+            return value
+    return str((base / value).resolve())
 
 
 def _check(config: Config) -> None:

@@ -19,8 +19,19 @@ Accepted layouts (DESIGN.md, Input):
   ``<video>`` tags, plus ``"images": [...]`` / ``"videos": [...]``.
 * ShareGPT / LLaVA / ShareGPT-4o: ``{"conversations": [{"from": "human"|"gpt"|"system",
   "value"}], "images": [...], "videos": [...]}`` (LLaVA: ``"image": str | [...]``).
-* ``texts`` layout (``data.template_text_key``, e.g. ``texts``): a list of turns
-  ``{"system": str}`` / ``{"user": str, "assistant": str}``, tags and media lists as ShareGPT.
+* ``texts`` layout (``data.template_text_key``, else the key ``texts``): a list of turns
+  ``{"system": str}`` / ``{"user": str, "assistant": str}``, ShareGPT turns, or HF messages;
+  tags and media lists as ShareGPT.
+* The published offline-packing tool's converter (its ``sample_type`` names in brackets):
+  ``{"texts": <HF messages>, "media": "image"|"video"|"text", "name": [parts]}``
+  (``media_type`` / ``media_files`` too, nested lists flattened) [multi_mix_qa,
+  packed_multi_mix_qa, multi_vid_qa]; the VQA branch, whose JSON is the message list
+  itself with the image in the sample's ``jpg`` part [vqa, packed_vqa]; and
+  ``{"captions": [...], "prompts": [...]}`` [captioning, packed_captioning]. Each is
+  recognised by its shape, so the value of ``sample.sample_type`` needs no matching,
+  and one dataset may mix them. Without any ``<image>`` tag, the VQA and caption
+  layouts put the images at the start of the (first) user turn, as energon's
+  ``VQASample`` / ``CaptioningSample`` pair an image with its text.
 
 Tags: each ``<image>``/``<video>`` tag is a media item at its position, the text
 between tags is kept verbatim. String content of ``messages`` is read for tags when
@@ -162,23 +173,30 @@ def parse_conversation(
         raise DropError(Reason.BAD_JSON, f"JSON holds text that is not valid Unicode: {exc.reason}") from None
     except RecursionError:
         raise DropError(Reason.BAD_JSON, "JSON is nested too deeply") from None
+    if isinstance(data, list) and data:  # the published converter's VQA branch: the JSON is the message list
+        return _conversation(_from_vqa_list(data, _PartPool(key, parts)))
     if not isinstance(data, dict):
         raise DropError(Reason.UNKNOWN_FORMAT, f"sample JSON must be an object, got {type(data).__name__}")
     pool = _PartPool(key, parts)
     tags = _TaggedMedia(data, pool)
     if "messages" in data:
-        messages = _from_messages(data["messages"], pool, tags if tags.active else None)
-        n_media = sum(item["type"] in ("image", "video") for m in messages for item in m["content"])
-        if n_media == sum(tags.used.values()):  # all media came from tags (no typed items beside them)
-            tags.check_counts()
+        messages = _from_hf_messages(data["messages"], pool, tags)
     elif "conversations" in data:
         turns = [(_role(t.get("from") if isinstance(t, dict) else None), _value(t)) for t in _list(data["conversations"])]
         messages = _from_tagged_turns(turns, tags)
     elif template_text_key and template_text_key in data:
-        messages = _from_tagged_turns(_texts_turns(data[template_text_key]), tags)
+        messages = _from_texts(data[template_text_key], pool, tags)
+    elif "texts" in data:  # the published converter's key, read as its tool does whatever template_text_key says
+        messages = _from_texts(data["texts"], pool, tags)
+    elif "captions" in data:
+        messages = _from_captions(data, tags)
     else:
-        known = ["messages", "conversations"] + ([template_text_key] if template_text_key else [])
+        known = ["messages", "conversations", *([template_text_key] if template_text_key else []), "texts", "captions"]
         raise DropError(Reason.UNKNOWN_FORMAT, f"no known conversation key (looked for {', '.join(known)})")
+    return _conversation(messages)
+
+
+def _conversation(messages: list[dict]) -> Conversation:
     if not messages:
         raise DropError(Reason.UNKNOWN_FORMAT, "conversation has no turns")
     # a conversation without an assistant turn parses: whether it can be learned is loss.train_on's
@@ -209,6 +227,15 @@ def _value(turn: Any) -> str:
     if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
         raise DropError(Reason.UNKNOWN_FORMAT, "each ShareGPT turn needs a string `value`")
     return turn["value"]
+
+
+def _from_hf_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia) -> list[dict]:
+    """HF messages; string content is read for tags when the sample has media (LLaMA-Factory / ms-swift)."""
+    messages = _from_messages(raw, pool, tags if tags.active else None)
+    n_media = sum(item["type"] in ("image", "video") for m in messages for item in m["content"])
+    if n_media == sum(tags.used.values()):  # all media came from tags (no typed items beside them)
+        tags.check_counts()
+    return messages
 
 
 def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list[dict]:
@@ -242,11 +269,21 @@ def _item(entry: Any, pool: _PartPool) -> dict:
     raise DropError(Reason.UNKNOWN_FORMAT, f"unknown content item type {kind!r}")
 
 
+def _from_texts(raw: Any, pool: _PartPool, tags: _TaggedMedia) -> list[dict]:
+    """The ``texts`` list: HF messages (what the published converter writes), ShareGPT turns, or role-keyed turns."""
+    if all(isinstance(turn, dict) and "role" in turn for turn in _list(raw)):
+        return _from_hf_messages(raw, pool, tags)
+    return _from_tagged_turns(_texts_turns(raw), tags)
+
+
 def _texts_turns(raw: Any) -> list[tuple[str, str]]:
     turns: list[tuple[str, str]] = []
     for turn in _list(raw):
         if not isinstance(turn, dict):
             raise DropError(Reason.UNKNOWN_FORMAT, "each `texts` turn must be an object")
+        if "from" in turn:
+            turns.append((_role(turn["from"]), _value(turn)))
+            continue
         for role in ("system", "user", "assistant"):
             if role in turn:
                 if not isinstance(turn[role], str):
@@ -305,13 +342,117 @@ def _media_list(data: dict, kind: str) -> list | None:
             value = data[name]
             if isinstance(value, str):
                 return [value]
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return value
+            if isinstance(value, list) and all(isinstance(v, str) for v in _flatten(value)):
+                return _flatten(value)
             raise DropError(Reason.UNKNOWN_FORMAT, f"`{name}` must be a part name or a list of part names")
-    return None
+    return _published_media_list(data, kind)
+
+
+def _flatten(value: list) -> list:
+    """Nested lists of names (the published tool groups media per sub-sample) as one list, in order."""
+    return [leaf for item in value for leaf in (_flatten(item) if isinstance(item, list) else [item])]
+
+
+def _published_media_list(data: dict, kind: str) -> list | None:
+    """The published converter's ``name`` (or ``media_files``) list of ``media`` (or ``media_type``) parts.
+
+    ``media: image`` / ``video`` declares every entry's kind; ``mix`` or none takes each entry's
+    kind from its extension. None when the JSON lists no media of ``kind``.
+    """
+    field = next((f for f in ("name", "media_files") if data.get(f) is not None), None)
+    if field is None:
+        return None
+    value = data[field]
+    names = [value] if isinstance(value, str) else _flatten(value) if isinstance(value, list) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise DropError(Reason.UNKNOWN_FORMAT, f"`{field}` must be a part name or a (nested) list of part names")
+    declared = data.get("media", data.get("media_type"))
+    if declared in ("image", "video"):
+        return names if declared == kind else None
+    return [n for n in names if media_kind_of_part(n) == kind] or None
 
 
 def _from_tagged_turns(turns: list[tuple[str, str]], tags: _TaggedMedia) -> list[dict]:
     messages = [{"role": role, "content": tags.items(text)} for role, text in turns]
     tags.check_counts()
     return messages
+
+
+def _from_vqa_list(raw: list, pool: _PartPool) -> list[dict]:
+    """The published converter's VQA branch: the JSON is the message list, the image the sample's ``jpg`` part.
+
+    Turns are ShareGPT ``{from, value}`` or ``{role, content}`` with string content; each
+    ``<image>`` tag takes the next image part. Without any tag of a kind, the sample's parts
+    of that kind open the first user turn (energon's ``VQASample``: the image, then the context).
+    """
+    turns = [(_role(t.get("from", t.get("role"))), _turn_text(t)) for t in raw if isinstance(t, dict)]
+    if len(turns) != len(raw):
+        raise DropError(Reason.UNKNOWN_FORMAT, "each turn of a message list must be an object")
+    first_user = next((i for i, (role, _) in enumerate(turns) if role == "user"), 0)
+    for kind in ("video", "image"):  # images end up first
+        if not any(f"<{kind}>" in text for _, text in turns):
+            role, text = turns[first_user]
+            turns[first_user] = (role, f"<{kind}>" * len(pool.of_kind(kind)) + text)
+    return _from_tagged_turns(turns, _TaggedMedia({}, pool))
+
+
+def _turn_text(turn: dict) -> str:
+    text = turn.get("value", turn.get("content"))
+    if not isinstance(text, str):
+        raise DropError(Reason.UNKNOWN_FORMAT, "each turn needs a string `value` or `content`")
+    return text
+
+
+def _from_captions(data: dict, tags: _TaggedMedia) -> list[dict]:
+    """The published tool's caption layout: ``captions`` with optional ``prompts`` (or ``prompt``).
+
+    Entries are strings or ``{"content": str}``. Flat lists pair prompt i with caption i; when
+    the sample has one image per caption, image i opens user turn i, otherwise every image opens
+    the first. Nested lists (``captions: [[c], [c1, c2]]``) are sub-conversations: group i's
+    images (``images[i]`` when the media list is nested too, else all in the first group) open its
+    first user turn. Images are the JSON's list (``images`` / ``media_files`` / ``name``) or the
+    sample's image parts by extension.
+    """
+    captions, prompts = data["captions"], data.get("prompts", data.get("prompt")) or []
+    if not isinstance(captions, list) or not captions or not isinstance(prompts, list):
+        raise DropError(Reason.UNKNOWN_FORMAT, "`captions` must be a non-empty list (and `prompts` a list)")
+    names = tags.listed["image"]
+    n_images = len(names) if names is not None else len(tags.pool.of_kind("image"))
+    grouped = all(isinstance(c, list) for c in captions)
+    if grouped:
+        media = next((data[f] for f in ("images", "media_files", "name") if isinstance(data.get(f), list)), None)
+        nested = media is not None and len(media) == len(captions) and all(isinstance(m, list) for m in media)
+        groups = [
+            (len(media[i]) if nested else (n_images if i == 0 else 0), _texts_of(captions[i]),
+             _texts_of(prompts[i]) if i < len(prompts) and isinstance(prompts[i], list) else [])
+            for i in range(len(captions))
+        ]  # fmt: skip
+    elif n_images == len(captions) > 1:
+        pairs = zip(_texts_of(captions), _padded(prompts, captions), strict=False)
+        groups = [(1, [caption], [prompt]) for caption, prompt in pairs]
+    else:
+        groups = [(n_images, _texts_of(captions), _texts_of(prompts))]
+    turns: list[tuple[str, str]] = []
+    for n_group_images, group_captions, group_prompts in groups:
+        for j, caption in enumerate(group_captions):
+            prompt = group_prompts[j] if j < len(group_prompts) else ""
+            turns += [("user", ("<image>" * n_group_images if j == 0 else "") + prompt), ("assistant", caption)]
+    return _from_tagged_turns(turns, tags)
+
+
+def _padded(prompts: list, captions: list) -> list[str]:
+    texts = _texts_of(prompts)
+    return texts + [""] * (len(captions) - len(texts))
+
+
+def _texts_of(entries: Any) -> list[str]:
+    """Caption / prompt entries as strings: ``"text"`` or ``{"content": "text"}``."""
+    if not isinstance(entries, list):
+        entries = [entries]
+    texts = []
+    for entry in entries:
+        text = entry.get("content", entry.get("value")) if isinstance(entry, dict) else entry
+        if not isinstance(text, str):
+            raise DropError(Reason.UNKNOWN_FORMAT, f"caption / prompt entries must be strings, got {entry!r}")
+        texts.append(text)
+    return texts

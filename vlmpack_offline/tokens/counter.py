@@ -102,13 +102,16 @@ def load_tokenizer(path: str):
 class TokenCounter:
     """Counts and materializes samples for a Qwen-VL family (the fast path) or text-only models."""
 
-    def __init__(self, rules: ModelRules, tokenizer, video: VideoConfig, train_on: str = "assistant") -> None:
+    def __init__(
+        self, rules: ModelRules, tokenizer, video: VideoConfig, train_on: str = "assistant",
+        template_kwargs: dict | None = None,  # model.chat_template_kwargs: extra template variables
+    ) -> None:  # fmt: skip
         self.rules = rules
         self.tokenizer = tokenizer
         self.video = video
         self.train_on = train_on  # "assistant" | "all" (loss.train_on)
         self.expander = Expander(rules, tokenizer)
-        self.chat = ChatRenderer(tokenizer.chat_template, tokenizer.special_tokens_map)
+        self.chat = ChatRenderer(tokenizer.chat_template, {**tokenizer.special_tokens_map, **(template_kwargs or {})})
         special = self.expander.special
         self._pad_ids = {
             "image": self._token_id(special.image_pad),
@@ -126,7 +129,8 @@ class TokenCounter:
     def from_config(cls, config: Config) -> TokenCounter:
         """Load rules and the tokenizer once (one counter per worker process)."""
         rules = load_model_rules(config.model)
-        return cls(rules, load_tokenizer(rules.processor_path), config.video, config.loss.train_on)
+        return cls(rules, load_tokenizer(rules.processor_path), config.video, config.loss.train_on,
+                   config.model.chat_template_kwargs)  # fmt: skip
 
     # -- media --------------------------------------------------------------
     def probe(self, kind: str, data: bytes, *, part: str = "") -> MediaInfo:

@@ -31,7 +31,8 @@ Video sampling (``ModelRules.video``, then ``resolve_video``), per field, first 
 For the Qwen-VL families (``FAST_FAMILIES``) tokens are computed from sizes; any
 other family is counted by running its HF processor (the slow path).
 
-``model.model_type`` is checked before anything is loaded: a name neither family list
+``model.model_type: qwenvl`` (the published tool's name) takes the folder's family and
+is refused on a folder that is not Qwen-VL. ``model.model_type`` is checked before anything is loaded: a name neither family list
 nor transformers knows is refused with the supported names (and the closest ones), and
 a name that contradicts the folder (``qwen3_vl`` on a Qwen2.5-VL folder) is refused
 naming both, since it would silently count with the wrong rules. A custom model type
@@ -48,6 +49,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._published import QWEN_FROM_FOLDER
 from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
 from ..media.video import recipe_video
@@ -260,6 +262,14 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         raise _missing_folder(path)
     text_only = model.processor_loader == "auto_tokenizer"
     folder_type = _read_json(path / "config.json").get("model_type")
+    if model.model_type == QWEN_FROM_FOLDER:  # the published tool's one name for every Qwen-VL generation
+        if folder_type not in FAST_FAMILIES:
+            raise ConfigError(
+                f"model.model_type = 'qwenvl' (the published tool's name for the Qwen-VL family) needs a Qwen-VL "
+                f"processor folder, but {path}/config.json has model_type {folder_type!r}; set model.model_type to "
+                f"that folder's family or remove it to read it from the folder"
+            )
+        model = dataclasses.replace(model, model_type=folder_type)
     if model.model_type:
         _check_model_type(model.model_type, path, folder_type)
     model_type = model.model_type or folder_type

@@ -59,7 +59,7 @@ class SlowCounter:
         self.video = config.video
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         template = getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
-        self.chat = ChatRenderer(template, self.tokenizer.special_tokens_map)
+        self.chat = ChatRenderer(template, {**self.tokenizer.special_tokens_map, **config.model.chat_template_kwargs})
         self.train_on = config.loss.train_on
         self._media_ids = {
             getattr(self.processor, name, None) for name in ("image_token_id", "video_token_id")
