@@ -61,6 +61,7 @@ def pipeline(tmp_path_factory, qwen25_processor_dir) -> Pipeline:
             "split": {"val_ratio": 0.25},
             "packed_wds": {"maxcount": 2},
             "video": TINY_VIDEO,
+            "scan": {"max_drop_ratio": 1.0},  # one sample per fault on purpose: about a quarter dropped
         },
         source="test",
     )

@@ -16,6 +16,7 @@ row (or whose size/mtime changed); other inputs are refused (StaleArtifactError)
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import json
@@ -268,7 +269,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
                 {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
                 0,
             )
-            return StageResult(stage="scan", skipped=True, summary=lines, counts=counts)
+            return _checked(config, StageResult(stage="scan", skipped=True, summary=lines, counts=counts))
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
@@ -293,4 +294,26 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
             "shards_left": left,
         }
         lines, counts = _summary(manifest, base, seconds)
-    return StageResult(stage="scan", summary=lines, counts=counts, seconds=seconds)
+    return _checked(config, StageResult(stage="scan", summary=lines, counts=counts, seconds=seconds))
+
+
+def _checked(config: Config, result: StageResult) -> StageResult:
+    """``result`` with exit code 1 and one line naming the top reasons when too many samples were dropped.
+
+    Checked after the manifest and its report are written, so the drops can be read; a rerun
+    (a no-op) fails the same way until the data or ``scan.max_drop_ratio`` changes.
+    """
+    counts, limit = result.counts, config.scan.max_drop_ratio
+    total, dropped = counts.get("samples", 0), counts.get("dropped", 0)
+    if not total or dropped / total <= limit:
+        return result
+    reasons = sorted(
+        ((k.removeprefix("dropped_"), n) for k, n in counts.items() if k.startswith("dropped_")), key=lambda r: -r[1]
+    )
+    top = ", ".join(f"{reason} {n}" for reason, n in reasons[:3])
+    line = (
+        f"too many samples dropped: {dropped} of {total} ({dropped / total:.1%}) > scan.max_drop_ratio {limit:g}; "
+        f"top reasons: {top}; each drop and its error is in {manifest_jsonl_path(config)} "
+        "(fix the data, or raise scan.max_drop_ratio to accept)"
+    )
+    return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)

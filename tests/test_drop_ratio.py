@@ -1,0 +1,87 @@
+"""scan.max_drop_ratio: a scan that drops too much ends non-zero, after writing its report, naming the top reasons."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from vlmpack_offline.cli import cli
+from vlmpack_offline.config import load_config
+from vlmpack_offline.stages import scan
+from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, write_shard
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _chat(i: int) -> dict:
+    return {"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]}
+
+
+def _dataset(root: Path) -> Path:
+    """10 samples: 6 fine, 3 whose JSON does not parse, 1 naming an image part it lacks (40% dropped)."""
+    samples = [SyntheticSample(key=f"ok{i}", json=_chat(i)) for i in range(6)]
+    samples += [SyntheticSample(key=f"broken{i}", json=b"{not json") for i in range(3)]
+    lost = {"messages": [{"role": "user", "content": [{"type": "image", "image": "img9.jpg"}]},
+                         {"role": "assistant", "content": "a cat"}]}  # fmt: skip
+    samples.append(SyntheticSample(key="lost", json=lost, media={"img0.jpg": image_bytes(64, 64)}))
+    return write_shard(root / "wds" / "shard-000000.tar", samples).parent
+
+
+def _config(tmp_path: Path, processor_dir: Path, **scan_section) -> Path:
+    raw = {
+        "data": {"wds_dir": "wds", "work_dir": "work", "packed_wds_dir": "packed"},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
+    }
+    if scan_section:
+        raw["scan"] = scan_section
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_default_ratio_fails_the_scan_after_the_report_with_the_top_reasons(tmp_path, qwen25_processor_dir):
+    _dataset(tmp_path)
+    result = scan.run(load_config(_config(tmp_path, qwen25_processor_dir)))
+    assert result.exit_code == 1
+    last = result.summary[-1]
+    assert "4 of 10 (40.0%) > scan.max_drop_ratio 0.05" in last
+    assert "top reasons: bad_json 3, missing_media 1" in last
+    report = [json.loads(line) for line in (tmp_path / "work" / "manifest.jsonl").read_text().splitlines()]
+    assert sorted(r["reason"] for r in report if r["reason"]) == ["bad_json"] * 3 + ["missing_media"]
+    again = scan.run(load_config(_config(tmp_path, qwen25_processor_dir)))  # a no-op rerun fails the same way
+    assert again.skipped and again.exit_code == 1
+
+
+def test_a_ratio_that_allows_the_drops_passes(tmp_path, qwen25_processor_dir):
+    _dataset(tmp_path)
+    result = scan.run(load_config(_config(tmp_path, qwen25_processor_dir, max_drop_ratio=0.4)))
+    assert result.exit_code == 0 and result.counts["dropped"] == 4
+    assert not any("max_drop_ratio" in line for line in result.summary)
+
+
+def test_cli_exit_code_and_set_override(tmp_path, qwen25_processor_dir):
+    _dataset(tmp_path)
+    config = _config(tmp_path, qwen25_processor_dir)
+    failed = CliRunner().invoke(cli, ["scan", "--config", str(config)])
+    assert failed.exit_code == 1
+    assert "too many samples dropped" in failed.output and "bad_json 3" in failed.output
+    passed = CliRunner().invoke(cli, ["scan", "--config", str(config), "--set", "scan.max_drop_ratio=0.5"])
+    assert passed.exit_code == 0, passed.output
+
+
+def test_pack_wds_stops_at_the_scan(tmp_path, qwen25_processor_dir):
+    _dataset(tmp_path)
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "pack_wds.sh"), str(_config(tmp_path, qwen25_processor_dir))],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "too many samples dropped" in done.stdout
+    assert not (tmp_path / "work" / "bins").exists()  # bucket never ran
