@@ -77,3 +77,91 @@ def test_same_input_same_bytes_and_no_overwrite(tmp_path):
     assert [p.read_bytes() for p in first.shards] == [p.read_bytes() for p in second.shards]
     with pytest.raises(ConfigError, match="already holds shard"):
         convert_records(source, media, tmp_path / "a")
+
+
+# -- HF datasets saved to disk, and parquet ------------------------------------------------------------------
+
+
+def _hf_records(root):
+    """LLaVA-OneVision-style rows: an Image() column (embedded bytes), ShareGPT turns; one text row, one bad row."""
+    datasets = pytest.importorskip("datasets")
+    jpg, png = image_bytes(64, 48, seed=1), image_bytes(40, 40, fmt="PNG", seed=2)
+    rows = {
+        "id": ["a", "b", "c", "d"],
+        "image": [{"bytes": jpg, "path": "coco/1.jpg"}, {"bytes": png, "path": None}, None,
+                  {"bytes": b"not an image", "path": None}],
+        "conversations": [
+            [{"from": "human", "value": "<image>\nWhat is it?"}, {"from": "gpt", "value": "A bus."}],
+            [{"from": "human", "value": "<image>\nColor?"}, {"from": "gpt", "value": "Grey."}],
+            [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello."}],
+            [{"from": "human", "value": "<image>\n?"}, {"from": "gpt", "value": "!"}],
+        ],
+    }  # fmt: skip
+    features = datasets.Features({
+        "id": datasets.Value("string"),
+        "image": datasets.Image(),
+        "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
+    })  # fmt: skip
+    return datasets.Dataset.from_dict(rows, features=features), jpg, png
+
+
+def _pack(tmp_path, shards_dir, processor_dir):
+    config = config_from_dict({
+        "data": {"wds_dir": str(shards_dir), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
+    }, source="test")  # fmt: skip
+    for stage in (scan, bucket, plan, write):
+        assert stage.run(config).exit_code == 0
+    return sorted(s.rsplit("/", 1)[1] for pack in read_plan(config.work_dir) for s in pack.sample_ids)
+
+
+def _check_round_trip(tmp_path, result, jpg, png, processor_dir):
+    assert (result.written, result.skipped) == (3, 1)  # the row whose bytes are no image is reported
+    report = [json.loads(line) for line in (tmp_path / "shards" / REPORT_NAME).read_text().splitlines()]
+    assert [(r["index"], r["reason"]) for r in report] == [(3, "unsupported_media")]
+    samples = list(wds.WebDataset([str(p) for p in result.shards], shardshuffle=False))
+    assert [s["__key__"] for s in samples] == ["00000000_a", "00000001_b", "00000002_c"]
+    assert samples[0]["img0.jpg"] == jpg and json.loads(samples[0]["json"])["image"] == "img0.jpg"
+    assert samples[1]["img0.png"] == png  # no path: the extension from the PNG signature
+    assert _pack(tmp_path, tmp_path / "shards", processor_dir) == ["00000000_a", "00000001_b", "00000002_c"]
+
+
+def test_hf_save_to_disk_round_trip_to_packed_shards(tmp_path, qwen25_processor_dir):
+    dataset, jpg, png = _hf_records(tmp_path)
+    dataset.save_to_disk(str(tmp_path / "hf"))
+    result = convert_records(tmp_path / "hf", None, tmp_path / "shards")  # every image embedded: no media root
+    _check_round_trip(tmp_path, result, jpg, png, qwen25_processor_dir)
+
+
+def test_parquet_round_trip_to_packed_shards(tmp_path, qwen25_processor_dir):
+    dataset, jpg, png = _hf_records(tmp_path)
+    (tmp_path / "pq").mkdir()
+    dataset.select([0, 1]).to_parquet(str(tmp_path / "pq" / "train-00000.parquet"))
+    dataset.select([2, 3]).to_parquet(str(tmp_path / "pq" / "train-00001.parquet"))
+    result = convert_records(tmp_path / "pq", None, tmp_path / "shards")  # a folder of parquet files, name order
+    _check_round_trip(tmp_path, result, jpg, png, qwen25_processor_dir)
+
+
+def test_dataset_dict_needs_a_split_and_paths_need_a_media_root(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    dataset, _, _ = _hf_records(tmp_path)
+    datasets.DatasetDict({"train": dataset, "test": dataset}).save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(ConfigError, match="splits test, train: choose one with --split"):
+        convert_records(tmp_path / "dd", None, tmp_path / "out")
+    assert convert_records(tmp_path / "dd", None, tmp_path / "out", split="test").written == 3
+    source, _ = _raw_dataset(tmp_path)
+    with pytest.raises(ConfigError, match="pass --media-root"):
+        convert_records(source, None, tmp_path / "out2")
+    assert list((tmp_path / "out2").iterdir()) == []  # no partial shard or report left behind
+
+
+def test_cli_converts_a_parquet_file(tmp_path):
+    from click.testing import CliRunner
+
+    from vlmpack_offline.cli import cli
+
+    dataset, _, _ = _hf_records(tmp_path)
+    dataset.to_parquet(str(tmp_path / "data.parquet"))
+    done = CliRunner().invoke(cli, ["convert", str(tmp_path / "data.parquet"), "--out", str(tmp_path / "shards")])
+    assert done.exit_code == 0, done.output
+    assert "convert: 3 samples in 1 shards, 1 records skipped" in done.output

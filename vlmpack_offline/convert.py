@@ -1,4 +1,4 @@
-"""``vlmpack convert``: LLaVA-style JSON / JSONL + a media folder -> WebDataset shards the scan reads.
+"""``vlmpack convert``: LLaVA-style JSON / JSONL (or an HF dataset) + media -> WebDataset shards the scan reads.
 
 Raw data most often looks like this: one JSON list (or JSONL) of records whose media
 entries are paths under a folder::
@@ -24,6 +24,17 @@ with a fixed mtime, so the same input gives the same bytes. A record that cannot
 converted (not an object, a media file missing or outside ``media_root``) is left
 out and listed in ``convert_report.jsonl`` next to the shards with its reason; the
 summary counts them. Nothing read is executed.
+
+HF ``datasets`` and parquet (``pip install 'vlmpack-offline[hf]'``): the source may
+also be a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``
+(``--split`` picks the split of a ``DatasetDict``; one split is taken as it is), a
+``.parquet`` file, or a folder of ``*.parquet`` files (read in name order). Rows are
+records as above; their media entries may be paths under ``--media-root`` or, as HF
+``Image()`` / ``Video()`` columns store them, ``{"bytes": ..., "path": ...}``, whose
+bytes are written as they are (the extension from ``path``, else from the bytes'
+signature). Rows are read in their stored form, so no image is decoded. A row with
+another value JSON cannot hold (bytes outside a media entry, ...) is reported as
+``unknown_format``.
 """
 
 from __future__ import annotations
@@ -64,11 +75,29 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def read_records(path: str | Path) -> Iterator[Any]:
-    """The records of a JSON list or a JSONL file (one JSON value a line; blank lines skipped)."""
+def read_records(path: str | Path, *, split: str | None = None) -> Iterator[Any]:
+    """The records of a JSON list, a JSONL file (one JSON value a line; blank lines skipped), an HF
+    ``save_to_disk`` folder, a parquet file or a folder of parquet files (see the module doc).
+
+    The source is checked (and an HF dataset opened) now, so a wrong source fails before any shard is written.
+    """
     path = Path(path)
+    if path.is_dir():
+        if any((path / name).is_file() for name in ("dataset_dict.json", "dataset_info.json", "state.json")):
+            return _hf_rows(_load_hf(path, split))
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise ConfigError(f"convert input {path} is a folder with neither an HF save_to_disk dataset "
+                              "(dataset_info.json / dataset_dict.json) nor *.parquet files")  # fmt: skip
+        return _parquet_rows(files, _need("pyarrow.parquet", "parquet files"))
     if not path.is_file():
         raise ConfigError(f"convert input {path} is not a file")
+    if path.suffix == ".parquet":
+        return _parquet_rows([path], _need("pyarrow.parquet", "parquet files"))
+    return _json_rows(path)
+
+
+def _json_rows(path: Path) -> Iterator[Any]:
     with open(path, encoding="utf-8") as handle:
         first = handle.read(1)
         while first and first.isspace():
@@ -88,6 +117,42 @@ def read_records(path: str | Path) -> Iterator[Any]:
                     yield _Skip("bad_json", f"line {number} is not valid JSON")
 
 
+def _need(module: str, what: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"reading {what} needs the `{module.split('.')[0]}` package: "
+                          "pip install 'vlmpack-offline[hf]'") from None  # fmt: skip
+
+
+def _parquet_rows(files: list[Path], parquet: Any) -> Iterator[dict]:
+    for file in files:
+        for batch in parquet.ParquetFile(file).iter_batches(batch_size=256):
+            yield from batch.to_pylist()  # stored form: an HF Image() column is {"bytes", "path"}
+
+
+def _load_hf(path: Path, split: str | None) -> Any:
+    datasets = _need("datasets", "an HF save_to_disk folder")
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        names = sorted(loaded)
+        if split is None and len(names) == 1:
+            split = names[0]
+        if split not in loaded:
+            raise ConfigError(f"{path} is a DatasetDict with splits {', '.join(names)}: choose one with --split")
+        loaded = loaded[split]
+    elif split is not None:
+        raise ConfigError(f"{path} is one Dataset, not a DatasetDict: leave out --split")
+    return loaded
+
+
+def _hf_rows(loaded: Any) -> Iterator[dict]:
+    for batch in loaded.with_format("arrow").iter(batch_size=256):  # undecoded: images stay bytes
+        yield from batch.to_pylist()
+
+
 def _kind(path: str) -> str:
     ext = path.rsplit(".", 1)[-1].lower()
     if ext in IMAGE_EXTENSIONS:
@@ -100,28 +165,55 @@ def _kind(path: str) -> str:
 class _MediaRenamer:
     """Reads each media path of one record and names it ``img<i>.<ext>`` / ``vid<i>.<ext>``."""
 
-    def __init__(self, media_root: Path) -> None:
-        self.root = media_root.resolve()
+    def __init__(self, media_root: Path | None) -> None:
+        self.root = media_root.resolve() if media_root is not None else None
         self.parts: dict[str, bytes] = {}
         self._by_path: dict[str, str] = {}
 
+    def _add(self, kind: str, ext: str, data: bytes) -> str:
+        prefix = "img" if kind == "image" else "vid"
+        index = sum(name.startswith(prefix) for name in self.parts)
+        name = f"{prefix}{index}.{ext}"
+        self.parts[name] = data
+        return name
+
     def rename(self, path: Any, kind_hint: str) -> str:
+        if isinstance(path, dict) and isinstance(path.get("bytes"), bytes):  # an HF Image() / Video() value
+            return self._embedded(path, kind_hint)
         if not isinstance(path, str) or not path:
             raise _Skip("unknown_format", f"a {kind_hint} entry must be a path string, got {path!r}")
         if path in self._by_path:
             return self._by_path[path]
+        if self.root is None:
+            raise ConfigError(f"a record names its {kind_hint} by path ({path!r}): pass --media-root, the folder "
+                              "its media paths are relative to")  # fmt: skip
         file = (self.root / path).resolve()
         if not file.is_relative_to(self.root):
             raise _Skip("media_outside_root", f"media {path!r} is outside --media-root {self.root}")
         if not file.is_file():
             raise _Skip("missing_media", f"media file {file} does not exist")
-        kind = _kind(path)
-        prefix = "img" if kind == "image" else "vid"
-        index = sum(name.startswith(prefix) for name in self.parts)
-        name = f"{prefix}{index}.{path.rsplit('.', 1)[-1].lower()}"
-        self.parts[name] = file.read_bytes()
+        name = self._add(_kind(path), path.rsplit(".", 1)[-1].lower(), file.read_bytes())
         self._by_path[path] = name
         return name
+
+    def _embedded(self, value: dict, kind_hint: str) -> str:
+        data, path = value["bytes"], value.get("path")
+        ext = path.rsplit(".", 1)[-1].lower() if isinstance(path, str) and "." in path else _sniff(data)
+        if ext is None:
+            raise _Skip("unsupported_media", f"embedded {kind_hint} bytes of an unknown format (path {path!r})")
+        return self._add(_kind(f"x.{ext}"), ext, data)
+
+
+_SIGNATURES = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"), (b"\x1aE\xdf\xa3", "mkv"))
+
+
+def _sniff(data: bytes) -> str | None:
+    """An image / video extension from the first bytes (for embedded media without a path)."""
+    if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"AVI "):
+        return "webp" if data[8:12] == b"WEBP" else "avi"
+    if data[4:8] == b"ftyp":
+        return "mov" if data[8:10] == b"qt" else "mp4"
+    return next((ext for magic, ext in _SIGNATURES if data.startswith(magic)), None)
 
 
 def _rename_media(record: dict, media: _MediaRenamer) -> dict:
@@ -129,7 +221,7 @@ def _rename_media(record: dict, media: _MediaRenamer) -> dict:
     for kind in ("image", "video"):
         for key in (kind, f"{kind}s"):
             value = record.get(key)
-            if isinstance(value, str):
+            if isinstance(value, (str, dict)):
                 out[key] = media.rename(value, kind)
             elif isinstance(value, list):
                 out[key] = [media.rename(v, kind) for v in value]
@@ -151,6 +243,13 @@ def _rename_message(message: Any, media: _MediaRenamer) -> Any:
     return {**message, "content": content}
 
 
+def _json_text(record: dict) -> str:
+    try:
+        return json.dumps(record, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:  # bytes outside a media entry, a timestamp, ...
+        raise _Skip("unknown_format", f"the record holds a value JSON cannot: {exc}") from None
+
+
 def _key(index: int, record: dict) -> str:
     ident = record.get("id")
     suffix = _UNSAFE_KEY.sub("_", str(ident))[:80] if ident not in (None, "") else ""
@@ -158,38 +257,51 @@ def _key(index: int, record: dict) -> str:
 
 
 def convert_records(
-    source: str | Path, media_root: str | Path, out_dir: str | Path, *, maxcount: int = 10000, maxsize: int = 3_000_000_000
-) -> ConvertResult:
-    """Convert ``source`` (JSON list or JSONL) into ``out_dir/shard-%06d.tar``; see the module doc."""
+    source: str | Path, media_root: str | Path | None, out_dir: str | Path, *, maxcount: int = 10000,
+    maxsize: int = 3_000_000_000, split: str | None = None,
+) -> ConvertResult:  # fmt: skip
+    """Convert ``source`` (JSON list, JSONL, HF save_to_disk folder, parquet) into ``out_dir/shard-%06d.tar``.
+
+    ``media_root``: the folder media paths are relative to; None when every medium is embedded.
+    ``split``: the split of an HF ``DatasetDict``. See the module doc.
+    """
     from webdataset import ShardWriter
 
-    out_dir, media_root = Path(out_dir), Path(media_root)
-    if not media_root.is_dir():
+    out_dir = Path(out_dir)
+    media_root = Path(media_root) if media_root is not None else None
+    if media_root is not None and not media_root.is_dir():
         raise ConfigError(f"--media-root {media_root} is not a folder")
     if out_dir.exists() and any(out_dir.glob("shard-*.tar")):
         raise ConfigError(f"{out_dir} already holds shard-*.tar files: give an empty or new --out folder")
+    records = read_records(source, split=split)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = skipped = 0
     shards: list[Path] = []
     report_path = out_dir / REPORT_NAME
-    with open(report_path, "w", encoding="utf-8") as report, ShardWriter(
-        str(out_dir / "shard-%06d.tar"), maxcount=maxcount, maxsize=maxsize, verbose=0, mtime=0.0,
-        post=lambda name: shards.append(Path(name)),
-    ) as writer:  # fmt: skip
-        for index, record in enumerate(read_records(source)):
-            try:
-                if isinstance(record, _Skip):
-                    raise record
-                if not isinstance(record, dict):
-                    raise _Skip("unknown_format", f"record is a {type(record).__name__}, not an object")
-                media = _MediaRenamer(media_root)
-                renamed = _rename_media(record, media)
-            except _Skip as skip:
-                skipped += 1
-                report.write(json.dumps({"index": index, "reason": skip.reason, "error": str(skip)}) + "\n")
-                continue
-            sample = {"__key__": _key(index, record), "json": json.dumps(renamed, ensure_ascii=False).encode()}
-            sample.update(media.parts)
-            writer.write(sample)
-            written += 1
+    try:  # a wrong input found mid-way (a path with no --media-root) leaves no partial output behind
+        with open(report_path, "w", encoding="utf-8") as report, ShardWriter(
+            str(out_dir / "shard-%06d.tar"), maxcount=maxcount, maxsize=maxsize, verbose=0, mtime=0.0,
+            post=lambda name: shards.append(Path(name)),
+        ) as writer:  # fmt: skip
+            for index, record in enumerate(records):
+                try:
+                    if isinstance(record, _Skip):
+                        raise record
+                    if not isinstance(record, dict):
+                        raise _Skip("unknown_format", f"record is a {type(record).__name__}, not an object")
+                    media = _MediaRenamer(media_root)
+                    text = _json_text(_rename_media(record, media))
+                except _Skip as skip:
+                    skipped += 1
+                    report.write(json.dumps({"index": index, "reason": skip.reason, "error": str(skip)}) + "\n")
+                    continue
+                sample = {"__key__": _key(index, record), "json": text.encode()}
+                sample.update(media.parts)
+                writer.write(sample)
+                written += 1
+    except ConfigError:
+        for shard in shards:
+            shard.unlink(missing_ok=True)
+        report_path.unlink(missing_ok=True)
+        raise
     return ConvertResult(written=written, skipped=skipped, shards=tuple(shards), report=report_path)
