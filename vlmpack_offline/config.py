@@ -143,6 +143,9 @@ class SplitConfig:
 class WriteConfig:
     store_token_ids: bool = False  # also store input_ids + assistant mask per pack (ids.npy)
     energon_prepare: bool = False  # also run energon's own prepare for its full sqlite index
+    # how write checks a source shard is the one scanned: its size + mtime, or also a sha256 of every
+    # sample's bytes (recorded by the scan, so setting it needs a rescan; reads every byte twice)
+    check_sources: Literal["size_mtime", "sha256"] = "size_mtime"
 
 
 @dataclass(**_FROZEN)
@@ -158,6 +161,9 @@ class ScanConfig:
 
     # the scan exits 1 after writing its report when dropped / input samples is above this; 1.0 = never
     max_drop_ratio: float = 0.05
+    # decode every image and every sampled video frame it counts and drop what fails (corrupt_media); slow.
+    # Part of the scan's fingerprint: it changes which samples are ok.
+    decode_check: bool = False
 
 
 @dataclass(**_FROZEN)

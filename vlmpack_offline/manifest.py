@@ -4,12 +4,17 @@
 
     meta    (key, value)                      schema_version, fingerprint, processor, ...
     shards  (shard, path, size, mtime_ns,     one row per finished shard; written in the
-             n_samples, status, error)        same transaction as its samples
+             n_samples, status, error,        same transaction as its samples; status "ok"
+             n_unread)                        or a shard-level reason (reasons.SHARD_REASONS),
+                                              n_unread = samples it holds that have no row
     samples (id, shard, seq, key,             id = "<shard relpath>/<key>", seq = position
              media_type, token_len,           in the shard; status "ok" or a drop reason
              media_tokens, n_images,          (bad_json, missing_media, corrupt_media,
              n_videos, members, status,       unsupported_aspect, overlong, ...) with its
-             error)                           error text; members = JSON [[part, offset, size]]
+             error, unused_media, sha256)     error text; members = JSON [[part, offset, size]];
+                                              unused_media = media parts nothing references (a
+                                              warning: the sample is still packed); sha256 of the
+                                              members' bytes when write.check_sources is sha256
 
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
 at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
@@ -39,7 +44,7 @@ __all__ = [
     "manifest_path",
 ]
 
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,7 +55,8 @@ CREATE TABLE IF NOT EXISTS shards (
     mtime_ns INTEGER NOT NULL,
     n_samples INTEGER NOT NULL,
     status TEXT NOT NULL,
-    error TEXT NOT NULL DEFAULT ''
+    error TEXT NOT NULL DEFAULT '',
+    n_unread INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS samples (
     id TEXT PRIMARY KEY,
@@ -64,7 +70,9 @@ CREATE TABLE IF NOT EXISTS samples (
     n_videos INTEGER NOT NULL,
     members TEXT NOT NULL,
     status TEXT NOT NULL,
-    error TEXT NOT NULL DEFAULT ''
+    error TEXT NOT NULL DEFAULT '',
+    unused_media INTEGER NOT NULL DEFAULT 0,
+    sha256 TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
 """
@@ -80,9 +88,10 @@ class ShardRecord:
     path: str  # absolute path at scan time
     size: int  # bytes at scan time (write refuses a shard whose size or mtime changed)
     mtime_ns: int  # modification time at scan time
-    n_samples: int  # samples found in the shard, ok or dropped
-    status: str = "ok"  # "ok" or "truncated_shard"
+    n_samples: int  # samples of the shard that have a row, ok or dropped
+    status: str = "ok"  # "ok" or a shard-level reason (reasons.SHARD_REASONS)
     error: str = ""  # why the shard is not ok
+    n_unread: int = 0  # samples the shard holds that could not be read at all (no row; compressed shard)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +108,8 @@ class SampleRecord:
     members: tuple[tuple[str, int, int], ...]  # (part, data offset in the tar, size) per member
     status: str = "ok"  # "ok" or a drop reason
     error: str = ""  # the error text of a drop
+    unused_media: int = 0  # media parts in the sample that nothing references (kept out of the pack)
+    sha256: str = ""  # of the members' bytes in tar order, when write.check_sources is sha256
 
     def member(self, part: str) -> tuple[int, int]:
         """(offset, size) of one part; KeyError if absent."""
@@ -109,7 +120,8 @@ class SampleRecord:
 
 
 _SAMPLE_COLUMNS = (
-    "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error"
+    "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error, "
+    "unused_media, sha256"
 )
 
 
@@ -149,15 +161,17 @@ class Manifest:
             (
                 s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
                 s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
+                s.unused_media, s.sha256,
             )
             for s in samples
         ]
         with self.conn:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
-            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 12)})", rows)
+            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 14)})", rows)
             self.conn.execute(
-                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error),
+                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
+                 shard.n_unread),
             )
 
     # -- reading ------------------------------------------------------------
@@ -167,7 +181,8 @@ class Manifest:
     def shards(self) -> list[ShardRecord]:
         rows = self.conn.execute("SELECT * FROM shards ORDER BY shard").fetchall()
         return [
-            ShardRecord(shard=r[0], path=r[1], size=r[2], mtime_ns=r[3], n_samples=r[4], status=r[5], error=r[6])
+            ShardRecord(shard=r[0], path=r[1], size=r[2], mtime_ns=r[3], n_samples=r[4], status=r[5], error=r[6],
+                        n_unread=r[7])
             for r in rows
         ]
 
@@ -198,4 +213,5 @@ def _sample_from_row(row: tuple) -> SampleRecord:
         id=row[0], shard=row[1], seq=row[2], key=row[3], media_type=row[4], token_len=row[5],
         media_tokens=row[6], n_images=row[7], n_videos=row[8],
         members=tuple((m[0], m[1], m[2]) for m in json.loads(row[9])), status=row[10], error=row[11],
+        unused_media=row[12], sha256=row[13],
     )

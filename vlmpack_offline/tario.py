@@ -41,7 +41,19 @@ __all__ = [
     "is_url",
     "open_source",
     "source_stat",
+    "SHARD_SUFFIXES",
+    "is_shard_name",
+    "shard_problem",
 ]
+
+# names that look like a shard: read if a plain tar, else listed with a shard-level reason
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst")
+_COMPRESSION = (  # (magic, name, how to undo it)
+    (b"\x1f\x8b", "gzip", "gunzip -k"),
+    (b"BZh", "bzip2", "bunzip2 -k"),
+    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+)
 
 
 
@@ -81,6 +93,55 @@ def split_key(name: str) -> tuple[str, str]:
     return key, part if dot else ""
 
 
+def is_shard_name(name: str) -> bool:
+    return name.endswith(SHARD_SUFFIXES)
+
+
+def shard_problem(path: str | Path) -> tuple[Reason, str, int] | None:
+    """Why a file named like a shard cannot be read as an uncompressed tar: (reason, text, samples inside).
+
+    None for a tar (or an empty file). A compressed tar is streamed once to count the
+    samples it holds (they are reported as not read); other files hold none we can count.
+    """
+    with open_source(path) as handle:
+        head = read_range(handle, 0, tarfile.BLOCKSIZE)
+    if not head.strip(b"\0") or _is_header(head):
+        return None
+    for magic, name, undo in _COMPRESSION:
+        if head.startswith(magic):
+            inside = _count_compressed(path)
+            counted = f"{inside} samples inside were not read" if inside is not None else "its samples were not counted"
+            return (
+                Reason.COMPRESSED_SHARD,
+                f"{name}-compressed: vlmpack reads uncompressed tars only ({counted}); "
+                f"decompress it (`{undo}`) and rerun the scan",
+                inside or 0,
+            )
+    return Reason.NOT_A_TAR, f"not a tar file: it does not start with a tar header (first bytes {head[:16]!r})", 0
+
+
+def _is_header(block: bytes) -> bool:
+    try:
+        tarfile.TarInfo.frombuf(block.ljust(tarfile.BLOCKSIZE, b"\0"), "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
+
+
+def _count_compressed(path: str | Path) -> int | None:
+    """Samples (consecutive keys) in a compressed tar, by streaming it once; None where it cannot be read."""
+    try:
+        with open_source(path) as handle, tarfile.open(fileobj=handle, mode="r|*") as tar:
+            keys, last = 0, None
+            for info in tar:
+                key = split_key(info.name)[0]
+                if info.isreg() and key != last:
+                    keys, last = keys + 1, key
+            return keys
+    except (tarfile.TarError, OSError, EOFError, ValueError):
+        return None
+
+
 def _unsafe(name: str) -> bool:
     path = PurePosixPath(name)
     return name.startswith("/") or ".." in path.parts
@@ -108,7 +169,7 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                 tar = tarfile.TarFile(fileobj=handle, mode="r")  # reads from the handle's position on
             except tarfile.ReadError:  # not even a first header: empty or not a tar
                 if file_size and resume == 0:
-                    yield TarMember(name="?", offset=0, size=0, problem=Reason.TRUNCATED_SHARD, detail="not a tar file")
+                    yield TarMember(name="?", offset=0, size=0, problem=Reason.NOT_A_TAR, detail="not a tar file")
                 return
             while True:
                 header_at = tar.offset
@@ -124,8 +185,9 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                         name = _cut_header_name(tar_path, header_at) or last_name or "?"
                         yield TarMember(name=name, offset=header_at, size=0, problem=Reason.TRUNCATED_SHARD)
                         return
-                    yield TarMember(
-                        name=last_name or "?", offset=header_at, size=0, problem=Reason.DAMAGED_HEADER,
+                    yield TarMember(  # the damaged member's own sample when its name survived, else the one before
+                        name=_cut_header_name(tar_path, header_at) or last_name or "?",
+                        offset=header_at, size=0, problem=Reason.DAMAGED_HEADER,
                         detail=f"damaged tar header at byte {header_at} (checksum error); reading resumed at "
                         f"byte {start}, the {start - header_at} bytes between are lost",
                     )  # fmt: skip
@@ -174,7 +236,7 @@ def _clean_end(tar_path: str, at: int) -> bool:
 
 
 def _cut_header_name(tar_path: str, at: int) -> str | None:
-    """The member name in a header cut short, when its 100-byte name field survived.
+    """The member name in a header cut short or damaged, when its 100-byte name field survived.
 
     Pseudo names of GNU long-name and PAX records (``././@...``) do not say which
     sample was cut: None, and the caller blames the previous member's sample.
@@ -182,7 +244,7 @@ def _cut_header_name(tar_path: str, at: int) -> str | None:
     with open_source(tar_path) as handle:
         field = read_range(handle, at, 100)
     name = field.split(b"\0", 1)[0].decode("utf-8", "replace")
-    if len(field) < 100 or not name or name.startswith("././@"):
+    if len(field) < 100 or not name or name.startswith("././@") or not name.isprintable():
         return None
     return name
 

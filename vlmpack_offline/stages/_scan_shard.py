@@ -11,6 +11,13 @@ reason and error text; the shard goes on. An error nobody foresaw (any exception
 while reading, parsing, probing or counting one sample) drops that sample as
 ``unreadable_sample`` with the exception's type and text, never the whole scan.
 
+A file that cannot be read as an uncompressed tar gets a shard-level reason instead
+(``reasons.SHARD_REASONS``: compressed, not a tar, a symlink leading outside the
+input, an error while walking it) in its shard row, with the samples it holds that
+have no row counted there (``n_unread``); samples read before the failure keep their rows.
+Media parts a sample holds but never references are counted per sample
+(``unused_media``, a warning: the sample is still packed, without them).
+
 The scan does not apply ``sample.max_token_len``: every countable sample is
 ``ok`` with its token_len, so a new capacity reruns bucket and plan only.
 ``bucket`` drops the samples longer than C as ``Reason.OVERLONG``.
@@ -18,15 +25,19 @@ The scan does not apply ``sample.max_token_len``: every countable sample is
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..conversation import Conversation, parse_conversation
+from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..manifest import SampleRecord, ShardRecord
-from ..reasons import DropError, Reason
-from ..tario import RawSample, is_url, iter_samples, open_source, read_range, source_stat
+from ..media import decode_frames, open_image
+from ..reasons import SHARD_REASONS, DropError, Reason
+from ..tario import RawSample, is_url, iter_samples, open_source, read_range, shard_problem, source_stat
 from ..tokens import make_counter
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
@@ -36,7 +47,15 @@ _BATCH = 256  # samples per tokenizer call
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardTask:
     shard: str  # relpath, e.g. "sub/shard-000001.tar"
-    path: str  # absolute path
+    path: str  # absolute path (not resolved: a symlink stays a symlink)
+    outside: str = ""  # where a symlink leads when that is outside data.wds_dir: never read
+
+    def stat(self) -> tuple[int, int]:
+        """(size, mtime_ns) that identify this shard's content (the link itself for one leading outside)."""
+        if self.outside:
+            link = os.lstat(self.path)
+            return link.st_size, link.st_mtime_ns
+        return source_stat(self.path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +75,8 @@ class _Pending:
     error: str = ""  # error text of a drop
     token_len: int = 0  # counted length
     media_tokens: int = 0  # visual tokens inside token_len
+    unused_media: int = 0  # media parts of the sample that the conversation never references
+    sha256: str = ""  # of the members' bytes, when write.check_sources is sha256
 
 
 class ShardScanner:
@@ -67,8 +88,39 @@ class ShardScanner:
 
     def scan(self, task: ShardTask) -> ShardOutcome:
         start = time.perf_counter()
-        size, mtime_ns = source_stat(task.path)
+        size, mtime_ns = task.stat()
+        path = task.path if is_url(task.path) else str(Path(task.path).absolute())
+        row = ShardRecord(shard=task.shard, path=path, size=size, mtime_ns=mtime_ns, n_samples=0)
+        if task.outside:
+            text = f"{task.shard} is a symlink to {task.outside}, outside data.wds_dir: it was not read"
+            row = dataclasses.replace(row, status=Reason.SYMLINK_OUTSIDE_INPUT, error=text)
+            return ShardOutcome(shard=row, samples=[], seconds=time.perf_counter() - start)
+        try:
+            problem = shard_problem(task.path)
+        except OSError as exc:
+            problem = (Reason.UNREADABLE_SHARD, f"cannot read {task.shard}: {exc}", 0)
+        if problem is not None:
+            reason, text, unread = problem
+            row = dataclasses.replace(row, status=reason, error=text, n_unread=unread)
+            return ShardOutcome(shard=row, samples=[], seconds=time.perf_counter() - start)
         pending: list[_Pending] = []
+        failure = ""
+        try:
+            self._walk(task, pending)
+        except Exception as exc:  # noqa: BLE001 - the shard's failure is a shard-level reason, not the scan's
+            failure = f"reading {task.shard} failed after {len(pending)} samples: {type(exc).__name__}: {exc}"
+        self._count_ready(pending)
+        bad = next((p for p in pending if p.status in SHARD_REASONS), None)
+        if failure:
+            row = dataclasses.replace(row, status=Reason.UNREADABLE_SHARD, error=failure[:1000])
+        elif bad is not None:
+            row = dataclasses.replace(row, status=bad.status, error=bad.error)
+        row = dataclasses.replace(row, n_samples=len(pending))
+        samples = [self._record(task.shard, p, seen_twice=p.status == Reason.DUPLICATE_KEY) for p in pending]
+        return ShardOutcome(shard=row, samples=samples, seconds=time.perf_counter() - start)
+
+    def _walk(self, task: ShardTask, pending: list[_Pending]) -> None:
+        """Read every sample of the shard into ``pending`` (parsed and probed, not yet counted)."""
         seen: set[str] = set()
         with open_source(task.path) as handle:
             for seq, raw in enumerate(iter_samples(task.path)):
@@ -87,6 +139,8 @@ class ShardScanner:
                     except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's drop
                         _unreadable(item, exc)
                 seen.add(raw.key)
+
+    def _count_ready(self, pending: list[_Pending]) -> None:
         ready = [p for p in pending if p.status == "ok"]
         for begin in range(0, len(ready), _BATCH):
             batch = ready[begin : begin + _BATCH]
@@ -95,18 +149,6 @@ class ShardScanner:
                     item.status, item.error = result.reason, str(result)
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
-        truncated = next((p for p in pending if p.status == Reason.TRUNCATED_SHARD), None)
-        shard = ShardRecord(
-            shard=task.shard,
-            path=task.path if is_url(task.path) else str(Path(task.path).resolve()),
-            size=size,
-            mtime_ns=mtime_ns,
-            n_samples=len(pending),
-            status=Reason.TRUNCATED_SHARD if truncated else "ok",
-            error=truncated.error if truncated else "",
-        )
-        samples = [self._record(task.shard, p, seen_twice=p.status == Reason.DUPLICATE_KEY) for p in pending]
-        return ShardOutcome(shard=shard, samples=samples, seconds=time.perf_counter() - start)
 
     def _count(self, batch: list[_Pending]) -> list:
         """Counts of a batch; when the batched call fails, each sample alone, so only the bad one drops."""
@@ -142,15 +184,19 @@ class ShardScanner:
             item.status, item.error = exc.reason, str(exc)
             return
         item.conversation = conversation
+        referenced = {ref.part for ref in conversation.media}
+        item.unused_media = sum(1 for part in media_parts if media_kind_of_part(part) and part not in referenced)
+        if self.config.write.check_sources == "sha256":
+            item.sha256 = sample_digest(handle, raw.members)
         media = []
         try:
             for ref in conversation.media:
                 member = raw.part(ref.part)
-                media.append(
-                    self.counter.probe(
-                        ref.kind, read_range(handle, member.offset, member.size), part=ref.part
-                    )
-                )
+                data = read_range(handle, member.offset, member.size)
+                info = self.counter.probe(ref.kind, data, part=ref.part)
+                if self.config.scan.decode_check:
+                    _decode(ref.kind, data, info, part=ref.part)
+                media.append(info)
         except DropError as exc:
             item.status, item.error = exc.reason, str(exc)
             return
@@ -174,7 +220,34 @@ class ShardScanner:
             members=tuple((m.part, m.offset, m.size) for m in item.raw.members),
             status=item.status,
             error=item.error,
+            unused_media=item.unused_media,
+            sha256=item.sha256,
         )
+
+
+def sample_digest(handle, members) -> str:
+    """sha256 over a sample's member bytes in tar order: what ``write.check_sources: sha256`` compares."""
+    digest = hashlib.sha256()
+    for member in members:
+        digest.update(read_range(handle, member.offset, member.size))
+    return digest.hexdigest()
+
+
+def _decode(kind: str, data: bytes, info, *, part: str) -> None:
+    """``scan.decode_check``: decode the pixels the loader will decode; a failure drops the sample."""
+    try:
+        if kind == "image":
+            with open_image(data, part=part) as image:
+                image.load()
+        else:
+            sampling = getattr(info, "sampling", None) or info.video.sampling  # fast path / slow path probe
+            frames = decode_frames(data, sampling, resize=False)
+            if len(frames) != len(sampling.frame_indices):
+                raise ValueError(f"{len(frames)} of {len(sampling.frame_indices)} sampled frames decode")
+    except DropError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - decoders raise many types on cut or damaged data
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: decoding failed ({type(exc).__name__}: {exc})") from None
 
 
 def _unreadable(item: _Pending, exc: BaseException) -> None:

@@ -33,7 +33,7 @@ from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
 from ..stage_result import StageResult
-from ..tario import is_url, source_stat
+from ..tario import is_shard_name, is_url
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
@@ -45,14 +45,21 @@ def manifest_jsonl_path(config: Config) -> Path:
 
 
 def _expand(entry: str) -> list[Path]:
+    """Files named like shards (``tario.SHARD_SUFFIXES``: plain tars and compressed ones, which get a reason)."""
     if any(ch in entry for ch in "*?["):
-        return [Path(p) for p in sorted(glob.glob(entry, recursive=True)) if p.endswith(".tar")]
+        return [Path(p).absolute() for p in sorted(glob.glob(entry, recursive=True)) if is_shard_name(p)]
     path = Path(entry)
     if path.is_dir():
-        return sorted(p for p in path.rglob("*.tar") if p.is_file())
+        return sorted(p.absolute() for p in path.rglob("*") if is_shard_name(p.name) and p.is_file())
     if path.is_file():
-        return [path]
+        return [path.absolute()]
     raise ShardError(f"data.wds_dir entry {entry!r} is not a file, a directory or a glob that matches")
+
+
+def _outside(path: Path, root: Path) -> str:
+    """Where ``path`` leads when a symlink on the way takes it outside ``root`` (a directory entry), else ""."""
+    real = path.resolve()
+    return "" if real.is_relative_to(root.resolve()) else str(real)
 
 
 def _discover_urls(entries: list[str]) -> list[ShardTask]:
@@ -68,9 +75,9 @@ def _discover_urls(entries: list[str]) -> list[ShardTask]:
             raise ConfigError(f"data.wds_dir mixes {protocol}:// URLs with {entry!r}: use one filesystem")
         inner = fsspec.core.url_to_fs(entry)[1]
         if any(ch in entry for ch in "*?["):
-            found.update(p for p in fs.glob(inner) if p.endswith(".tar"))
+            found.update(p for p in fs.glob(inner) if is_shard_name(p))
         elif fs.isdir(inner):
-            found.update(p for p in fs.find(inner) if p.endswith(".tar"))
+            found.update(p for p in fs.find(inner) if is_shard_name(p))
             dirs.append(inner.rstrip("/"))
         elif fs.isfile(inner):
             found.add(inner)
@@ -88,24 +95,29 @@ def _discover_urls(entries: list[str]) -> list[ShardTask]:
 
 
 def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
-    """Every ``.tar`` under ``wds_dir`` (directory searched recursively, glob, or list of either).
+    """Every file named like a shard under ``wds_dir`` (directory searched recursively, glob, or a list).
 
     Shard names are paths relative to the common root (the directory itself when
     one directory is given), with ``/`` separators: they prefix every sample id.
-    URLs (``s3://``, ``gs://``, ``file://``, ...) are listed through fsspec and read by byte range.
+    Compressed tars (``.tar.gz``, ``.tgz``, ...) are listed too, so the scan reports them
+    instead of skipping them; a symlink in a directory that leads outside it is listed
+    with ``outside`` set and never read. URLs (``s3://``, ``gs://``, ``file://``, ...)
+    are listed through fsspec and read by byte range.
     """
     entries = wds_dir if isinstance(wds_dir, list) else [wds_dir]
     if not entries or not all(entries):
         raise ConfigError("data.wds_dir is empty: set it to a folder, a glob or a list of .tar files")
     if any(is_url(entry) for entry in entries):
         return _discover_urls(entries)
-    paths = sorted({p.resolve() for entry in entries for p in _expand(entry)})
+    paths = sorted({p for entry in entries for p in _expand(entry)})
     if not paths:
         raise ShardError(f"no .tar shards found in data.wds_dir = {wds_dir!r}")
     if len(entries) == 1 and Path(entries[0]).is_dir():
-        root = Path(entries[0]).resolve()
-    else:
-        root = Path(os.path.commonpath([str(p.parent) for p in paths]))
+        root = Path(entries[0]).absolute()
+        return [
+            ShardTask(shard=p.relative_to(root).as_posix(), path=str(p), outside=_outside(p, root)) for p in paths
+        ]
+    root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     return [ShardTask(shard=p.relative_to(root).as_posix(), path=str(p)) for p in paths]
 
 
@@ -123,6 +135,8 @@ def scan_inputs_fingerprint(config: Config) -> str:
     for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
         payload["data"].pop(name, None)
     payload["processor_files"] = _processor_hashes(config.model.processor_path)
+    payload["decode_check"] = config.scan.decode_check  # changes which samples are ok
+    payload["sha256"] = config.write.check_sources == "sha256"  # the rows then carry each sample's hash
     return fingerprint(payload)
 
 
@@ -131,7 +145,7 @@ def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:
     pending = []
     for task in tasks:
         record = done.get(task.shard)
-        if record is None or (record.size, record.mtime_ns) != source_stat(task.path):
+        if record is None or (record.size, record.mtime_ns) != task.stat():
             pending.append(task)
     return pending
 
@@ -139,6 +153,13 @@ def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:
 def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Manifest:
     path = manifest_path(config.work_dir)
     manifest = Manifest(path)
+    version = manifest.get_meta("schema_version")
+    if version is not None and version != str(MANIFEST_SCHEMA_VERSION):
+        manifest.close()
+        raise StaleArtifactError(
+            f"{path} was written by another vlmpack version (manifest schema {version}, this one reads "
+            f"{MANIFEST_SCHEMA_VERSION}). Delete {config.work_dir} or set data.work_dir to a new folder."
+        )
     recorded = manifest.get_meta("scan_inputs")
     if recorded is not None and recorded != inputs_fp and not manifest.done_shards():
         # a scan that stopped before its first shard (a worker could not start...): start over
@@ -207,6 +228,7 @@ def _write_jsonl(manifest: Manifest, path: Path) -> None:
                 "media_tokens": s.media_tokens,
                 "reason": None if s.status == "ok" else s.status,
                 "error": s.error,
+                "unused_media": s.unused_media,
             }
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
@@ -217,24 +239,41 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
     (tokens, media) = manifest.conn.execute(
         "SELECT COALESCE(SUM(token_len), 0), COALESCE(SUM(media_tokens), 0) FROM samples WHERE status = 'ok'"
     ).fetchone()
+    bad_shards = [s for s in manifest.shards() if s.status != "ok"]
+    unread = sum(s.n_unread for s in bad_shards)
+    for shard in bad_shards:  # samples of a shard that could not be read have no row: counted here
+        if shard.n_unread:
+            status[shard.status] = status.get(shard.status, 0) + shard.n_unread
     dropped = sum(status.values())
+    (unused,) = manifest.conn.execute("SELECT COALESCE(SUM(unused_media), 0) FROM samples").fetchone()
     counts = {
         **counts,
         "ok": ok,
         "dropped": dropped,
         "samples": ok + dropped,
+        "unread": unread,
+        "bad_shards": len(bad_shards),
+        "unused_media": unused,
         "tokens": tokens,
         "media_tokens": media,
     }
     counts.update({f"dropped_{reason}": n for reason, n in status.items()})
     lines = [
-        f"samples: {ok + dropped} ({ok} ok, {dropped} dropped)",
+        f"samples: {ok + dropped} ({ok} ok, {dropped} dropped, of which {unread} could not be read at all)",
         "dropped by reason: " + (", ".join(f"{r} {n}" for r, n in sorted(status.items())) or "none"),
         f"tokens in ok samples: {tokens} ({media} visual)",
         f"shards: {counts['shards']} ({counts['shards_scanned']} scanned now, "
         f"{counts['shards'] - counts['shards_scanned'] - counts['shards_left']} already done"
         + (f", {counts['shards_left']} not scanned yet)" if counts["shards_left"] else ")"),
     ]
+    if bad_shards:
+        lines.append(f"shards with a problem: {len(bad_shards)} (each with its reason in the manifest's shards table)")
+        lines += [f"  {s.shard}: {s.status}: {s.error[:200]}" for s in bad_shards[:5]]
+    if unused:
+        lines.append(
+            f"warning: {unused} media parts are in their sample but never referenced (packed without them; "
+            "per sample: unused_media in manifest.jsonl)"
+        )
     if counts["shards_left"]:
         lines.append(
             "unfinished (--limit-shards): rerun without it to scan the rest; the shards done now are kept"
