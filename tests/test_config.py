@@ -93,3 +93,44 @@ def test_demo_config_points_at_the_demo_output_next_to_configs():
     assert Path(config.data.wds_dir) == root / "data"
     assert Path(config.model.processor_path) == root / "processor"
     assert config.sample.max_token_len == 4096
+
+
+def test_set_paths_are_relative_to_the_current_directory_file_paths_to_the_file(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    path = folder / "c.yaml"
+    path.write_text("data:\n  wds_dir: shards\n  work_dir: work\n")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    config = load_config(path, ("data.work_dir=my_work", "data.packed_wds_dir=../out"))
+    assert config.data.wds_dir == str(folder / "shards")  # from the file: the file's folder
+    assert config.data.work_dir == str(cwd / "my_work")  # from --set: the current directory
+    assert config.data.packed_wds_dir == str(tmp_path / "out")
+
+
+def test_help_states_the_relative_path_rule():
+    from click.testing import CliRunner
+
+    from vlmpack_offline.cli import cli
+
+    top = " ".join(CliRunner().invoke(cli, ["--help"]).output.split())
+    assert "relative paths given with --set are relative to the current directory" in top
+    assert "Relative paths inside the config file are relative to the file's folder" in top
+    scan_help = " ".join(CliRunner().invoke(cli, ["scan", "--help"]).output.split())
+    assert "relative to the config file's folder" in scan_help and "relative to the current directory" in scan_help
+
+
+def test_published_log_level_sets_the_package_level(tmp_path):
+    import logging
+
+    logger = logging.getLogger("vlmpack_offline")
+    before = logger.level
+    try:
+        config = load_config(_write(tmp_path, "log:\n  level: DEBUG\n  file: /tmp/x.log\n"))
+        assert logger.level == logging.DEBUG
+        assert [n.split("`")[1] for n in config.notices] == ["log.file"]
+    finally:
+        logger.setLevel(before)
+    with pytest.raises(ConfigError, match="log.level"):
+        load_config(_write(tmp_path, "log:\n  level: LOUD\n"))

@@ -53,6 +53,16 @@ LAYOUTS = {
     ]},
     "texts": {"texts": [{"user": "<image>\nWhat differs from <image>?", "assistant": "The colour."}],
               "images": ["img0.jpg", "img1.png"]},
+    # the published offline-packing tool's converter: texts as HF messages + media + name
+    "published_texts_name": {"texts": [{"role": "user", "content": "<image>\nWhat differs from <image>?"},
+                                       {"role": "assistant", "content": "The colour."}],
+                             "media": "image", "name": ["img0.jpg", "img1.png"]},
+    "published_media_files_nested": {"texts": [{"role": "user", "content": "<image>\nWhat differs from <image>?"},
+                                               {"role": "assistant", "content": "The colour."}],
+                                     "media_type": "image", "media_files": [["img0.jpg"], ["img1.png"]]},
+    # its VQA branch: the JSON is the message list itself
+    "published_vqa_list": [{"from": "human", "value": "<image>\nWhat differs from <image>?"},
+                           {"from": "gpt", "value": "The colour."}],
 }
 
 
@@ -177,3 +187,39 @@ def test_tags_and_media_that_disagree_drop_the_sample_naming_both_counts(data, p
     assert info.value.reason == reason
     for text in counts:
         assert text in str(info.value)
+
+
+def _published(raw, parts=("json", "jpg")):
+    return parse_conversation(json.dumps(raw), key="coco_1", parts=parts)
+
+
+def test_published_vqa_list_without_a_tag_opens_the_first_user_turn_with_the_image():
+    conv = _published([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How many?"},
+                   {"role": "assistant", "content": "Two."}])  # fmt: skip
+    assert conv.messages[1]["content"] == [{"type": "image", "image": "jpg"}, {"type": "text", "text": "How many?"}]
+    assert conv.media == (MediaRef(kind="image", part="jpg"),)
+
+
+def test_published_captions_pair_each_image_with_its_prompt_and_caption():
+    parts = ("json", "img000.jpg", "img001.jpg")
+    conv = _published({"images": ["img000.jpg", "img001.jpg"], "prompt": ["Describe.", ""],
+                   "captions": [{"content": "A cat."}, "A dog."]}, parts)  # fmt: skip
+    assert [m["role"] for m in conv.messages] == ["user", "assistant", "user", "assistant"]
+    assert conv.messages[0]["content"] == [{"type": "image", "image": "img000.jpg"}, {"type": "text", "text": "Describe."}]
+    assert conv.messages[2]["content"] == [{"type": "image", "image": "img001.jpg"}]
+    assert conv.messages[3]["content"] == [{"type": "text", "text": "A dog."}]
+
+
+def test_published_nested_captions_are_sub_conversations_with_their_own_images():
+    conv = _published({"images": [["img000.jpg"], []], "prompts": [["Describe."], ["How are you?", "And now?"]],
+                   "captions": [["A tree."], ["Fine.", "Still fine."]]}, ("json", "img000.jpg"))  # fmt: skip
+    users = [m["content"] for m in conv.messages if m["role"] == "user"]
+    assert users == [[{"type": "image", "image": "img000.jpg"}, {"type": "text", "text": "Describe."}],
+                     [{"type": "text", "text": "How are you?"}], [{"type": "text", "text": "And now?"}]]  # fmt: skip
+
+
+def test_published_name_list_and_tags_must_agree_in_number():
+    with pytest.raises(DropError) as info:
+        _published({"texts": [{"role": "user", "content": "<image> one tag"}, {"role": "assistant", "content": "x"}],
+                "media": "image", "name": ["a.jpg", "b.jpg"]}, ("json", "a.jpg", "b.jpg"))  # fmt: skip
+    assert info.value.reason == "media_mismatch" and "1 <image> tags" in str(info.value) and "2" in str(info.value)

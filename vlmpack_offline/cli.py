@@ -46,7 +46,12 @@ def cli() -> None:
 
     \b
       vlmpack inspect PACKED_DIR [--pack N]        one pack decoded, as the loader sees it
-      vlmpack convert RECORDS --media-root M --out D   LLaVA-style JSON + media -> shards
+      vlmpack convert RECORDS --media-root M --out D   LLaVA-style JSON, HF dataset or parquet + media -> shards
+
+    Every stage takes --config FILE and any number of --set SECTION.KEY=VALUE. Relative paths inside
+    the config file are relative to the file's folder; relative paths given with --set are relative to
+    the current directory. The published offline-packing tool's configs load as they are (keys without
+    an effect here are noted once each).
     """
 
 

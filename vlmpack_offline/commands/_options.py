@@ -22,14 +22,16 @@ def config_options(func: Callable) -> Callable:
         "overrides",
         multiple=True,
         metavar="SECTION.KEY=VALUE",
-        help="Override one config value (YAML syntax), e.g. --set sample.max_token_len=16384. Repeatable.",
+        help="Override one config value (YAML syntax), e.g. --set sample.max_token_len=16384. Repeatable. "
+        "A relative path given here is relative to the current directory.",
     )(func)
     func = click.option(
         "--config",
         "config_path",
         required=True,
         type=click.Path(dir_okay=False),
-        help="YAML config (see configs/config.yaml for every key).",
+        help="YAML config (see configs/config.yaml for every key). Relative paths inside it are relative to "
+        "the config file's folder.",
     )(func)
     return func
 
