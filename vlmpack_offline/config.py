@@ -157,7 +157,7 @@ class LossConfig:
 
 @dataclass(**_FROZEN)
 class ScanConfig:
-    """Checks on the scan's outcome (not part of its fingerprint: changing them needs no rescan)."""
+    """How the scan checks samples and its outcome (``max_drop_ratio`` is not in its fingerprint: no rescan)."""
 
     # the scan exits 1 after writing its report when dropped / input samples is above this; 1.0 = never
     max_drop_ratio: float = 0.05
