@@ -21,6 +21,7 @@ A shard is a local path (read with ``os.pread``) or a URL (``s3://``, ``gs://``,
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
@@ -44,6 +45,7 @@ __all__ = [
     "SHARD_SUFFIXES",
     "is_shard_name",
     "shard_problem",
+    "sample_digest",
 ]
 
 # names that look like a shard: read if a plain tar, else listed with a shard-level reason
@@ -328,3 +330,15 @@ def read_range(handle, offset: int, size: int) -> bytes:
     except (AttributeError, OSError):
         handle.seek(offset)
         return handle.read(size)
+
+
+def sample_digest(handle, ranges: Iterable[tuple[int, int]]) -> str:
+    """sha256 over a sample's member bytes in tar order (``(offset, size)`` ranges of one open shard).
+
+    The scan records it per sample when ``write.check_sources`` is ``sha256``; write recomputes it
+    before copying, so a source edited in place (even with size and mtime restored) is caught.
+    """
+    digest = hashlib.sha256()
+    for offset, size in ranges:
+        digest.update(read_range(handle, offset, size))
+    return digest.hexdigest()

@@ -26,7 +26,6 @@ The scan does not apply ``sample.max_token_len``: every countable sample is
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -37,7 +36,16 @@ from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..manifest import SampleRecord, ShardRecord
 from ..media import decode_frames, open_image
 from ..reasons import SHARD_REASONS, DropError, Reason
-from ..tario import RawSample, is_url, iter_samples, open_source, read_range, shard_problem, source_stat
+from ..tario import (
+    RawSample,
+    is_url,
+    iter_samples,
+    open_source,
+    read_range,
+    sample_digest,
+    shard_problem,
+    source_stat,
+)  # fmt: skip
 from ..tokens import make_counter
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
@@ -187,7 +195,7 @@ class ShardScanner:
         referenced = {ref.part for ref in conversation.media}
         item.unused_media = sum(1 for part in media_parts if media_kind_of_part(part) and part not in referenced)
         if self.config.write.check_sources == "sha256":
-            item.sha256 = sample_digest(handle, raw.members)
+            item.sha256 = sample_digest(handle, [(m.offset, m.size) for m in raw.members])
         media = []
         try:
             for ref in conversation.media:
@@ -223,14 +231,6 @@ class ShardScanner:
             unused_media=item.unused_media,
             sha256=item.sha256,
         )
-
-
-def sample_digest(handle, members) -> str:
-    """sha256 over a sample's member bytes in tar order: what ``write.check_sources: sha256`` compares."""
-    digest = hashlib.sha256()
-    for member in members:
-        digest.update(read_range(handle, member.offset, member.size))
-    return digest.hexdigest()
 
 
 def _decode(kind: str, data: bytes, info, *, part: str) -> None:
