@@ -110,3 +110,51 @@ def test_a_marker_from_before_the_shard_count_clears_only_files_named_as_our_sha
     assert (out / "pretrain-000001.tar.orig").read_bytes() == b"keep"
     (out / "pretrain-000001.tar.orig").unlink()
     assert _hashes(out) == _hashes(reference)
+
+
+def _edit_in_place_keeping_size_and_mtime(tar_path: Path) -> None:
+    """Change one byte of the last member's data; size and mtime stay as scanned (a silent edit)."""
+    import os
+    import tarfile
+
+    stat = tar_path.stat()
+    with tarfile.open(tar_path) as tar:
+        last = [m for m in tar.getmembers() if m.isreg()][-1]
+    with open(tar_path, "r+b") as handle:
+        handle.seek(last.offset_data)
+        byte = handle.read(1)
+        handle.seek(last.offset_data)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(tar_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert tar_path.stat().st_size == stat.st_size and tar_path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+@pytest.mark.slow
+def test_check_sources_sha256_catches_a_source_edited_in_place_with_size_and_mtime_restored(tmp_path, make_config):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from vlmpack_offline.synthetic.shards import generate_dataset
+
+    (shard,) = generate_dataset(tmp_path / "src", seed=3, n_shards=1, samples_per_shard=8, include_faults=False)
+    config = make_config(wds_dir=tmp_path / "src", write={"check_sources": "sha256"})
+    raw = {"data": {"wds_dir": str(tmp_path / "src"), "work_dir": str(config.work_dir),
+                    "packed_wds_dir": str(config.packed_wds_dir)},
+           "model": {"processor_kwargs": dict(config.model.processor_kwargs)},
+           "write": {"check_sources": "sha256"}}  # fmt: skip
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+
+    def cli(stage: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "vlmpack_offline", stage, "--config", str(tmp_path / "c.yaml")],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    for stage in ("scan", "bucket", "plan"):
+        assert cli(stage).returncode == 0
+    _edit_in_place_keeping_size_and_mtime(shard)
+    refused = cli("write")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no longer hash as scanned" in lines[0] and str(shard) in lines[0]
+    assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))

@@ -17,8 +17,11 @@ The config must still be the scan's: when the manifest records the scan's inputs
 fingerprint, a config (or processor directory) that no longer gives it is refused.
 
 Resume and staleness, through ``.nv-meta/vlmpack_write.json`` = {fingerprint, complete, shards}
-(``shards`` = N: runs of this fingerprint started ``pretrain-000000.tar`` .. ``pretrain-{N-1}``; a
-shard's number is recorded before its file is created, one marker update per shard):
+(``shards`` = N: runs of this fingerprint may have started ``pretrain-000000.tar`` .. ``pretrain-{N-1}``;
+a shard's number is recorded before its file is created. The count is raised ahead of need,
+by up to ``_RESERVE`` shards at a time, because each update is an fsync that waits for the
+shard data already in flight: a run updates it a few times, not once per shard; a rebuild
+deletes those names, missing ones included):
 
 * same fingerprint, complete  -> no-op;
 * same fingerprint, not complete (killed) -> only shards that are not recorded, or whose
@@ -52,7 +55,7 @@ from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
-from ..manifest import Manifest, manifest_path
+from ..manifest import Manifest, SampleRecord, manifest_path
 from ..output.energon_meta import (
     META_DIR,
     run_energon_prepare,
@@ -69,13 +72,14 @@ from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
 from ..stage_result import StageResult
-from ..tario import source_stat
+from ..tario import open_source, sample_digest, source_stat
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
+_RESERVE = 256  # most shard numbers one marker update records ahead of the shard being started
 _SHARD_FILE = re.compile(r"(pretrain-\d{6}\.tar)(?:\.idx)?(?:\.tmp)?")
 
 
@@ -114,6 +118,28 @@ def check_sources(manifest: Manifest) -> dict[str, str]:
             )
         paths[shard.shard] = shard.path
     return paths
+
+
+def check_digests(records: dict[str, SampleRecord], shard_paths: dict[str, str]) -> None:
+    """``write.check_sources: sha256``: each sample's bytes must hash as they did at scan time."""
+    by_shard: dict[str, list[SampleRecord]] = {}
+    for record in records.values():
+        by_shard.setdefault(record.shard, []).append(record)
+    for shard, rows in sorted(by_shard.items()):
+        with open_source(shard_paths[shard]) as handle:
+            for record in sorted(rows, key=lambda r: r.seq):
+                if not record.sha256:
+                    raise ShardError(
+                        f"sample {record.id!r} has no sha256 in the manifest: rerun `vlmpack scan` with "
+                        "write.check_sources: sha256"
+                    )
+                found = sample_digest(handle, [(offset, size) for _, offset, size in record.members])
+                if found != record.sha256:
+                    raise ShardError(
+                        f"source shard {shard_paths[shard]} changed since the scan: the bytes of sample "
+                        f"{record.id!r} no longer hash as scanned (write.check_sources: sha256): "
+                        "rerun `vlmpack scan`, `bucket`, `plan`"
+                    )
 
 
 def _read_marker(out_dir: Path) -> dict | None:
@@ -212,6 +238,8 @@ def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ..
     config, fp, shard_paths, chunk_no, packs = args
     path = chunk_path(config.packed_wds_dir, chunk_no)
     pack_ids = [pack.pack_id for pack in packs]
+    if config.write.check_sources == "sha256":  # every time, also when the chunk was described before
+        check_digests(_records_for(config, packs), shard_paths)
     # left by an interrupted run of this fingerprint, else None (never executed: output/scratch.py)
     described = load_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids)
     if described is None:
@@ -264,7 +292,7 @@ def _write_shard(
                 loaded = {chunk_no: _chunk_for_writing(config, fp, chunk_ids[chunk_no], chunk_no)}
             json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
             members = [(JSON_PART, json_bytes)]
-            members.extend((part, files.read(shard, offset, size)) for part, shard, offset, size in media)
+            members.extend((part, files.range(shard, offset, size)) for part, shard, offset, size in media)
             if ids_npy is not None:
                 members.append((IDS_PART, ids_npy))
             writer.add_sample(pack_key(pack.pack_id), members)
@@ -286,7 +314,8 @@ def _described_sizes(config: Config, chunks: list) -> Iterator[list[int]]:
     killed from outside ends the stage with one line (``executor.WorkerDiedError``).
     """
     workers = min(config.process.workers, len(chunks))
-    yield from stage_map(config.process, _describe_packs, chunks, workers=workers, ordered=True, stage="write-describe")
+    yield from stage_map(config.process, _describe_packs, chunks, workers=workers, ordered=True,
+                         stage="write-describe", own_process=len(chunks) > 1)  # fmt: skip
 
 
 def _shard_writers(config: Config, shared: tuple):
@@ -342,8 +371,8 @@ def _describe_and_write(
                     out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)
                 )
                 if not done:
-                    if job.index >= started[0]:
-                        started[0] = job.index + 1
+                    if job.index >= started[0]:  # reserve ahead: 8, 16, ... up to _RESERVE more names
+                        started[0] = job.index + 1 + min(max(job.index + 1, 8), _RESERVE)
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
                     futures.append(writers.submit((job, _chunk_ids(packs, job))))
 
