@@ -104,14 +104,17 @@ def process_map(
     initargs: tuple = (),
     ordered: bool = True,
     stage: str = "this stage",
+    own_process: bool = False,
 ) -> Iterator[R]:
     """``fn`` over ``items`` in ``workers`` processes, each set up once by ``initializer(*initargs)``.
 
     Yields results in ``items`` order (``ordered``) or as they finish. ``fn`` and
     ``initializer`` must be module-level functions (picklable). Raises the first
     error of a task or of a worker's setup; the remaining tasks are cancelled.
+    ``own_process``: even one worker runs in a process of its own, for a caller whose
+    threads do other work meanwhile (they would otherwise wait on ``fn`` for the GIL).
     """
-    if workers <= 1:
+    if workers <= 0 or (workers == 1 and not own_process):
         start_worker(initializer, initargs)
         yield from map(fn, items)
         return
@@ -167,6 +170,7 @@ def stage_map(
     initargs: tuple = (),
     ordered: bool = True,
     stage: str = "this stage",
+    own_process: bool = False,
 ) -> Iterator[R]:
     """``process_map``, or ``ray_map`` when ``process.executor`` (a ``ProcessConfig``) is ``ray``."""
     if process.executor == "ray":
@@ -175,7 +179,7 @@ def stage_map(
         return ray_map(fn, items, workers=process.workers, address=process.ray_address, initializer=initializer,
                        initargs=initargs, ordered=ordered, stage=stage)  # fmt: skip
     return process_map(fn, items, workers=workers, initializer=initializer, initargs=initargs,
-                       ordered=ordered, stage=stage)  # fmt: skip
+                       ordered=ordered, stage=stage, own_process=own_process)  # fmt: skip
 
 
 def check_executor(process: Any) -> None:

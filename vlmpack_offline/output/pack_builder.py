@@ -28,7 +28,8 @@ from ..errors import LengthMismatchError, ShardError
 from ..manifest import SampleRecord
 from ..packed_format import JSON_PART, PackedSample, PackedSubSample, media_part_name
 from ..reasons import DropError
-from ..tario import read_range
+from ..tario import is_url, open_source, read_range
+from .tar_writer import SourceRange
 
 __all__ = ["MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pack", "json_part_of", "ids_npy_bytes"]
 
@@ -55,7 +56,12 @@ class BuiltPack:
 
 
 class SourceFiles:
-    """Open source tars by manifest shard name, a few at a time (an LRU of file handles)."""
+    """Open source tars by manifest shard name, a few at a time (an LRU of file handles).
+
+    A local path is opened with ``open`` (and read with ``os.pread``, or handed to the tar
+    writer as a ``SourceRange`` so its bytes go straight to the output); a URL (``s3://``,
+    ``file://``, ``memory://``) is opened through fsspec (``tario.open_source``) and read by range.
+    """
 
     def __init__(self, shard_paths: dict[str, str], max_open: int = 256) -> None:
         self._paths = shard_paths
@@ -67,7 +73,7 @@ class SourceFiles:
         if handle is None:
             if shard not in self._paths:
                 raise ShardError(f"shard {shard!r} is not in the manifest's shards table: rerun `vlmpack scan`")
-            handle = open(self._paths[shard], "rb")  # noqa: SIM115 - kept open across packs
+            handle = open_source(self._paths[shard])  # closed by close() or when evicted
             if len(self._open) >= self._max_open:
                 self._open.popitem(last=False)[1].close()
         self._open[shard] = handle
@@ -81,6 +87,14 @@ class SourceFiles:
                 "the source tar changed since the scan; rerun `vlmpack scan`"
             )
         return data
+
+    def range(self, shard: str, offset: int, size: int) -> SourceRange | bytes:
+        """Member data for ``ShardTarWriter``: a ``SourceRange`` of a local file (never read into a
+        ``bytes`` here), the bytes themselves for a URL."""
+        handle = self.handle(shard)
+        if is_url(self._paths[shard]):
+            return self.read(shard, offset, size)
+        return SourceRange(handle.fileno(), offset, size, self._paths[shard])
 
     def path(self, shard: str) -> Path:
         return Path(self._paths[shard])

@@ -307,8 +307,9 @@ def _write_shard(
 
 
 def _described_sizes(config: Config, chunks: list) -> Iterator[list[int]]:
-    """``_describe_packs`` over the chunks in plan order: in this process, ``workers`` forked ones,
-    or one Ray task per chunk (``process.executor: ray``).
+    """``_describe_packs`` over the chunks in plan order: in ``workers`` forked processes (one at
+    ``workers: 1``, so this process's writer threads never wait on the describing for the GIL; in
+    this process when there is a single chunk), or one Ray task per chunk (``process.executor: ray``).
 
     The pool forks its processes at the first submit, before any writer thread exists; a worker
     killed from outside ends the stage with one line (``executor.WorkerDiedError``).
