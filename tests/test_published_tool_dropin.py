@@ -337,13 +337,18 @@ def test_published_config_loads_with_one_notice_per_key_without_effect(
     assert config.model.model_type == {"kimi-k2.5": "kimi_k25"}.get(raw["model"]["model_type"], "qwenvl")
 
 
-def test_packed_json_dir_alone_is_the_work_folder_and_holds_the_packed_output(tmp_path, qwen25_processor_dir):
+def test_packed_json_dir_alone_holds_work_and_packed_output_side_by_side(tmp_path, qwen25_processor_dir):
+    """The tool's own config has no work_dir / packed_wds_dir: both land in packed_json_dir, not nested."""
+    expected = _published_shards(tmp_path / "wds")
     text = PACKED_VQA_DEMO_YAML.replace('  packed_wds_dir: "{packed}"\n', "")
     path = tmp_path / "c.yaml"
     path.write_text(text.format(wds="wds", work="packed_json", processor=qwen25_processor_dir))
     config = load_config(path)
-    assert config.data.work_dir == str(tmp_path / "packed_json")
-    assert config.data.packed_wds_dir == str(tmp_path / "packed_json" / "packed_wds")  # the tool's own default
+    assert config.data.work_dir == str(tmp_path / "packed_json" / "work")
+    assert config.data.packed_wds_dir == str(tmp_path / "packed_json" / "packed_wds")  # where the tool wrote it
+    _run_pipeline(config)
+    assert set(_outcomes(config)) == set(expected)
+    assert sorted((tmp_path / "packed_json" / "packed_wds").glob("pretrain-*.tar"))
 
 
 def test_chat_template_path_that_differs_from_the_folder_is_refused(tmp_path, kimi_dir):

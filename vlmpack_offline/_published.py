@@ -7,8 +7,9 @@ load here with only their paths changed. Every key of theirs is either ours alre
 mapped to ours, or accepted with one notice saying why it has no effect::
 
     theirs                                   here
-    data.packed_json_dir                     data.work_dir when that is unset; packed_wds_dir then
-                                             defaults to <packed_json_dir>/packed_wds, as there
+    data.packed_json_dir                     data.work_dir when that is unset; without packed_wds_dir
+                                             too: work_dir <it>/work, packed_wds_dir <it>/packed_wds
+                                             (the tool's own output place; the two must not nest)
     model.model_type: kimi-k2.5              kimi_k25
     model.model_type: qwenvl                 the Qwen-VL family named by the processor folder
                                              (tokens/rules.py; refused on a non-Qwen folder)
@@ -113,8 +114,10 @@ def _data(data: Any, notices: list[str]) -> None:
     if data.get("work_dir"):
         notices.append(_notice("data.packed_json_dir", "data.work_dir is set and holds every artifact"))
         return
-    data["work_dir"] = packed_json
-    if not data.get("packed_wds_dir"):
+    if data.get("packed_wds_dir"):
+        data["work_dir"] = packed_json
+    else:  # the tool wrote <packed_json_dir>/packed_wds; the work folder must not hold the output, so beside it
+        data["work_dir"] = str(Path(packed_json) / "work")
         data["packed_wds_dir"] = str(Path(packed_json) / "packed_wds")
 
 
