@@ -150,6 +150,7 @@ def _unknown_model_type(model_type: str, path: Path, folder_type: str | None) ->
         f"Counted from sizes (fast): {', '.join(sorted(FAST_FAMILIES))}. "
         f"Counted by running the HF processor (slow): any of the {len(every)} transformers model types, "
         f"vision-language ones: {', '.join(sorted(vision - FAST_FAMILIES))}. "
+        f"The published tool's names are read too: qwenvl (the folder's Qwen-VL family), kimi-k2.5 (kimi_k25). "
         f"Or leave model.model_type unset to read it from {path}/config.json"
     )
 
