@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .kill_points import kill_point
+
 __all__ = ["fingerprint", "atomic_open", "atomic_write_text", "canonical_json"]
 
 
@@ -44,7 +46,9 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
             raise
         handle.flush()
         os.fsync(handle.fileno())
+    kill_point(f"writing:{path.name}")
     os.replace(tmp, path)
+    kill_point(f"wrote:{path.name}")
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .kill_points import kill_point
+
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
     "ShardRecord",
@@ -173,6 +175,7 @@ class Manifest:
                 (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
                  shard.n_unread),
             )
+        kill_point("scan:shard")
 
     # -- reading ------------------------------------------------------------
     def done_shards(self) -> set[str]:

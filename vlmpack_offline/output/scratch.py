@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 
+from ..kill_points import kill_point
+
 __all__ = ["SCRATCH_DIR", "Described", "chunk_path", "save_chunk", "load_chunk", "clear_scratch"]
 
 SCRATCH_DIR = "vlmpack-build"  # under .nv-meta/
@@ -63,6 +65,7 @@ def save_chunk(path: Path, *, fingerprint: str, chunk_no: int, pack_ids: list[in
             if ids is not None:
                 handle.write(ids)
     os.replace(tmp, path)
+    kill_point("write:scratch")
 
 
 def _media(entry: object) -> tuple[str, str, int, int]:

@@ -18,6 +18,7 @@ The readable ``pack_plan.jsonl`` is written only on request:
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -28,7 +29,7 @@ from ..errors import PlanError, StaleArtifactError
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
 from ..stage_result import StageResult
-from ..stats import compute_stats, write_stats
+from ..stats import compute_stats, stats_paths, write_stats
 from ._ok_samples import manifest_fingerprint
 from .bucket import bins_dir, bins_fingerprint, read_bins_meta
 
@@ -123,8 +124,10 @@ def run(config: Config) -> StageResult:
             f"(fingerprint {bins_meta.get('fingerprint')} != {bins_fp}): rerun `vlmpack bucket`"
         )
     meta = read_plan_meta(config.work_dir)
-    if meta is not None and meta.get("fingerprint") == expected and plan_path(config.work_dir).exists():
+    if meta is not None and meta.get("fingerprint") == expected and plan_path(config.work_dir).exists() \
+            and _stats_done(config.work_dir, expected):
         return StageResult(stage="plan", skipped=True, summary=[f"plan up to date ({plan_path(config.work_dir)})"])
+    # else (re)build all: the plan is deterministic, so a run killed before its stats redoes it byte-identical
 
     plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
     out = bins_dir(config)
@@ -161,6 +164,18 @@ def run(config: Config) -> StageResult:
     return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
+
+
+def _stats_done(work_dir, plan_fp: str) -> bool:
+    """stats.json (written last) of this plan, beside its stats.png, and no temporary left by a killed run."""
+    json_path, png_path = stats_paths(work_dir)
+    leftovers = [p.with_name(p.name + ".tmp") for p in (json_path, png_path, plan_path(work_dir))]
+    if not png_path.is_file() or not json_path.is_file() or any(p.exists() for p in leftovers):
+        return False
+    try:
+        return json.loads(json_path.read_text()).get("plan_fingerprint") == plan_fp
+    except ValueError:
+        return False
 
 
 def _load_bins(config: Config, bins_meta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
