@@ -313,6 +313,15 @@ def _run_pipeline(config) -> None:
         assert result.exit_code == 0 or stage is scan, (stage.__name__, result.summary)
 
 
+def _load_every_pack(config, processor: Path) -> list:
+    """Each pack through the loader, built from the packed dataset's recorded settings: a sub-sample whose
+    materialized length differs from the planned one raises ``LengthMismatchError``."""
+    from vlmpack_offline.loader import PackDataset, PackEncoder
+
+    encoder = PackEncoder.from_packed_dir(config.data.packed_wds_dir, processor)
+    return list(PackDataset(config.data.packed_wds_dir, encoder, split="train"))
+
+
 # -- tests ---------------------------------------------------------------------------------------------------
 
 
@@ -372,6 +381,8 @@ def test_qwenvl_shapes_pack_the_published_layouts(tmp_path, shape, qwen25_proces
     expected = _published_shards(tmp_path / "wds")
     config = load_config(_write_shape(tmp_path, shape, qwen25_processor_dir, tmp_path / "wds"))
     _run_pipeline(config)
+    settings = json.loads((tmp_path / "packed" / ".nv-meta" / "vlmpack.json").read_text())
+    assert settings["model"]["model_type"] == "qwen2_5_vl"  # qwenvl, resolved from the folder and recorded
     capacity = config.sample.max_token_len
     want = {
         i: ("overlong" if i.endswith("/text_5") and capacity < 200_000 else
@@ -379,6 +390,9 @@ def test_qwenvl_shapes_pack_the_published_layouts(tmp_path, shape, qwen25_proces
         for i, what in expected.items()
     }  # fmt: skip
     assert _outcomes(config) == want
+    if shape == "ci.yaml":  # the loader reproduces every planned length of the published layouts
+        batches = _load_every_pack(config, qwen25_processor_dir)
+        assert sum(len(b.sample_ids) for b in batches) == list(want.values()).count("packed")
 
 
 def test_kimi_config_counts_text_with_its_template_kwargs_and_drops_media(tmp_path, kimi_dir):
@@ -392,6 +406,7 @@ def test_kimi_config_counts_text_with_its_template_kwargs_and_drops_media(tmp_pa
         for i, what in expected.items()
     }  # fmt: skip
     assert _outcomes(config) == want
+    assert _load_every_pack(config, kimi_dir)  # the loader renders with the same kwargs: lengths agree
     # thinking: false reached the template: each assistant turn holds "<think></think>" (unset: nothing)
     with Manifest(manifest_path(config.data.work_dir)) as manifest:
         with_kwargs = {s.id: s.token_len for s in manifest.iter_samples()}

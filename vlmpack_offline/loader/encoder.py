@@ -31,6 +31,7 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -98,8 +99,12 @@ class PackEncoder:
         self.rules = self.counter.rules
         path = Path(self.rules.processor_path)
         kwargs = {k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"}
-        self.media = MediaProcessor.from_processor_dir(path, **kwargs)
-        self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
+        if self.rules.text_only:  # model.processor_loader: auto_tokenizer; the scan packed text samples only
+            self.media = None  # no image processor to load (a tokenizer folder such as Kimi-K2.5's has none)
+            self.rope = RopeIndex(SimpleNamespace(model_type=self.rules.model_type))  # 1-D positions
+        else:
+            self.media = MediaProcessor.from_processor_dir(path, **kwargs)
+            self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
         tokenizer = self.counter.tokenizer
         self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
 
