@@ -298,6 +298,7 @@ class _TaggedMedia:
     def __init__(self, data: dict, pool: _PartPool) -> None:
         self.pool = pool
         self.listed = {kind: _media_list(data, kind) for kind in ("image", "video")}  # None: the JSON lists none
+        self.field = {kind: _media_field(data, kind) for kind in ("image", "video")}  # for messages: `images`, `name`
         self.used = {"image": 0, "video": 0}
 
     @property
@@ -321,7 +322,7 @@ class _TaggedMedia:
         if names is None:
             return self.pool.resolve(kind, None)
         if index >= len(names):
-            raise DropError(Reason.MISSING_MEDIA, f"the text has more <{kind}> tags than `{kind}s` entries ({len(names)})"
+            raise DropError(Reason.MISSING_MEDIA, f"the text has more <{kind}> tags than `{self.field[kind]}` entries ({len(names)})"
             )
         return self.pool.resolve_listed(kind, names[index], index, len(names))
 
@@ -331,7 +332,7 @@ class _TaggedMedia:
             names = self.listed[kind]
             available = len(names) if names is not None else (len(self.pool.of_kind(kind)) if used else 0)
             if used < available:
-                source = f"`{kind}s` lists {available}" if names is not None else f"the sample has {available} {kind} parts"
+                source = f"`{self.field[kind]}` lists {available}" if names is not None else f"the sample has {available} {kind} parts"
                 raise DropError(Reason.MEDIA_MISMATCH, f"the text has {used} <{kind}> tags but {source}")
 
 
@@ -346,6 +347,12 @@ def _media_list(data: dict, kind: str) -> list | None:
                 return _flatten(value)
             raise DropError(Reason.UNKNOWN_FORMAT, f"`{name}` must be a part name or a list of part names")
     return _published_media_list(data, kind)
+
+
+def _media_field(data: dict, kind: str) -> str:
+    """The JSON key a media list of ``kind`` was read from (``images``, ``image``, ``name``, ``media_files``)."""
+    names = (f"{kind}s", kind, "name", "media_files")
+    return next((name for name in names if isinstance(data, dict) and data.get(name) is not None), f"{kind}s")
 
 
 def _flatten(value: list) -> list:
