@@ -9,6 +9,11 @@ the parent gets the real error (a ``VlmpackError``, one line) and shuts the pool
                                                           (a failure is kept, not raised)
            ◄── results (plan order or as they finish) ── task: raise the kept failure, else fn(item)
 
+Where processes fork (Linux), the initializer runs once in the parent instead, before the
+pool starts: the workers inherit what it loaded (a tokenizer, copy-on-write), so N workers
+cost one tokenizer load, not N loads competing for the same cores, and a failure is raised
+in the parent at once.
+
 A worker killed from outside (out of memory, ``kill -9``) ends the stage with
 ``WorkerDiedError``, also one line; finished shards stay committed, so a rerun resumes.
 With ``workers <= 1`` everything runs in this process, through the same checks.
@@ -121,9 +126,13 @@ def process_map(
     call = functools.partial(_call, fn)
     window = workers * _IN_FLIGHT_PER_WORKER
     source = iter(items)
+    context = _context()
+    if initializer is not None and context.get_start_method() == "fork":
+        start_worker(initializer, initargs)  # here, once: the forked workers inherit its state
+        initializer, initargs = None, ()
     pool = ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=_context(),
+        mp_context=context,
         initializer=_guarded_start,
         initargs=(initializer, initargs),
     )

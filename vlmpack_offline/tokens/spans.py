@@ -18,6 +18,11 @@ in the full render after the previous turn. A template for which neither holds
 raises ``SpanError``: labels are never guessed.
 
 Templates that do have ``{% generation %}`` markers keep HF's own spans.
+
+The scan checks many samples at once (``ChatRenderer.spans_many``): their full texts are
+already rendered, ``upto_i`` of the last turn is that full text, and every other prefix
+is rendered in one template call per ``add_generation_prompt`` value, so a one-turn
+sample costs one extra render, not three.
 """
 
 from __future__ import annotations
@@ -98,6 +103,47 @@ class ChatRenderer:
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
         return self.render_many([messages], add_generation_prompt=add_generation_prompt)[0]
 
+    def spans_many(
+        self, conversations: Sequence[Sequence[dict]], fulls: Sequence[str]
+    ) -> list[list[tuple[int, int]] | Exception]:
+        """``render_with_spans(c)[1]`` of each conversation whose full render ``fulls[i]`` is known;
+        a conversation whose renders fail, or whose turns cannot be located, gets its exception."""
+        if self.has_generation:
+            return [_or_exception(lambda c=c: self.render_with_spans(c)[1]) for c in conversations]
+        # the prefixes assistant_spans asks for: (conversation, prefix length, add_generation_prompt)
+        wanted: list[tuple[int, int, bool]] = []
+        for c, messages in enumerate(conversations):
+            for i, message in enumerate(messages):
+                if message.get("role") == "assistant":
+                    wanted.append((c, i, True))
+                    if i + 1 < len(messages):  # the last turn's prefix is the whole conversation
+                        wanted.append((c, i + 1, False))
+        rendered: dict[tuple[int, int, bool], str | Exception] = {}
+        for generation in (True, False):
+            keys = [key for key in wanted if key[2] is generation]
+            prefixes = [conversations[c][:n] for c, n, _ in keys]
+            try:
+                rendered.update(zip(keys, self.render_many(prefixes, add_generation_prompt=generation), strict=True))
+            except Exception:  # one bad conversation: render each alone so only its own spans fail
+                for key, prefix in zip(keys, prefixes, strict=True):
+                    rendered[key] = _or_exception(lambda p=prefix, g=generation: self.render(p, g))
+
+        def lookup(c: int) -> Render:
+            def render(messages: Sequence[dict], generation: bool) -> str:
+                if not generation and len(messages) == len(conversations[c]):
+                    return fulls[c]
+                text = rendered[(c, len(messages), generation)]
+                if isinstance(text, Exception):
+                    raise text
+                return text
+
+            return render
+
+        return [
+            _or_exception(lambda c=c, m=messages: assistant_spans(m, lookup(c), fulls[c]))
+            for c, messages in enumerate(conversations)
+        ]
+
     def render_with_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and its assistant spans (``{% generation %}`` spans when the template has them)."""
         if self.has_generation:
@@ -110,3 +156,11 @@ class ChatRenderer:
             return rendered[0], [tuple(span) for span in indices[0]]
         full = self.render(messages)
         return full, assistant_spans(messages, self.render, full)
+
+
+def _or_exception(call: Callable[[], object]):
+    """``call()``, or the exception it raised (kept per conversation, raised by its caller)."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - Jinja's errors and SpanError alike belong to one sample
+        return exc
