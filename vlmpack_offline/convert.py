@@ -48,6 +48,7 @@ from typing import Any
 
 from .conversation import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from .errors import ConfigError
+from .reasons import DropError, Reason
 
 __all__ = ["ConvertResult", "convert_records", "read_records"]
 
@@ -67,12 +68,6 @@ class ConvertResult:
         if self.skipped:
             lines.append(f"  skipped records and their reasons: {self.report}")
         return "\n".join(lines)
-
-
-class _Skip(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def read_records(path: str | Path, *, split: str | None = None) -> Iterator[Any]:
@@ -114,7 +109,7 @@ def _json_rows(path: Path) -> Iterator[Any]:
                 try:
                     yield json.loads(line)
                 except json.JSONDecodeError:
-                    yield _Skip("bad_json", f"line {number} is not valid JSON")
+                    yield DropError(Reason.BAD_JSON, f"line {number} is not valid JSON")
 
 
 def _need(module: str, what: str) -> Any:
@@ -159,7 +154,7 @@ def _kind(path: str) -> str:
         return "image"
     if ext in VIDEO_EXTENSIONS:
         return "video"
-    raise _Skip("unsupported_media", f"media {path!r} has no image or video extension")
+    raise DropError(Reason.UNSUPPORTED_MEDIA, f"media {path!r} has no image or video extension")
 
 
 class _MediaRenamer:
@@ -181,7 +176,7 @@ class _MediaRenamer:
         if isinstance(path, dict) and isinstance(path.get("bytes"), bytes):  # an HF Image() / Video() value
             return self._embedded(path, kind_hint)
         if not isinstance(path, str) or not path:
-            raise _Skip("unknown_format", f"a {kind_hint} entry must be a path string, got {path!r}")
+            raise DropError(Reason.UNKNOWN_FORMAT, f"a {kind_hint} entry must be a path string, got {path!r}")
         if path in self._by_path:
             return self._by_path[path]
         if self.root is None:
@@ -189,9 +184,9 @@ class _MediaRenamer:
                               "its media paths are relative to")  # fmt: skip
         file = (self.root / path).resolve()
         if not file.is_relative_to(self.root):
-            raise _Skip("media_outside_root", f"media {path!r} is outside --media-root {self.root}")
+            raise DropError(Reason.MEDIA_OUTSIDE_ROOT, f"media {path!r} is outside --media-root {self.root}")
         if not file.is_file():
-            raise _Skip("missing_media", f"media file {file} does not exist")
+            raise DropError(Reason.MISSING_MEDIA, f"media file {file} does not exist")
         name = self._add(_kind(path), path.rsplit(".", 1)[-1].lower(), file.read_bytes())
         self._by_path[path] = name
         return name
@@ -200,7 +195,7 @@ class _MediaRenamer:
         data, path = value["bytes"], value.get("path")
         ext = path.rsplit(".", 1)[-1].lower() if isinstance(path, str) and "." in path else _sniff(data)
         if ext is None:
-            raise _Skip("unsupported_media", f"embedded {kind_hint} bytes of an unknown format (path {path!r})")
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"embedded {kind_hint} bytes of an unknown format (path {path!r})")
         return self._add(_kind(f"x.{ext}"), ext, data)
 
 
@@ -226,7 +221,7 @@ def _rename_media(record: dict, media: _MediaRenamer) -> dict:
             elif isinstance(value, list):
                 out[key] = [media.rename(v, kind) for v in value]
             elif value is not None:
-                raise _Skip("unknown_format", f"`{key}` must be a path or a list of paths")
+                raise DropError(Reason.UNKNOWN_FORMAT, f"`{key}` must be a path or a list of paths")
     if isinstance(record.get("messages"), list):
         out["messages"] = [_rename_message(m, media) for m in record["messages"]]
     return out
@@ -247,7 +242,7 @@ def _json_text(record: dict) -> str:
     try:
         return json.dumps(record, ensure_ascii=False)
     except (TypeError, ValueError) as exc:  # bytes outside a media entry, a timestamp, ...
-        raise _Skip("unknown_format", f"the record holds a value JSON cannot: {exc}") from None
+        raise DropError(Reason.UNKNOWN_FORMAT, f"the record holds a value JSON cannot: {exc}") from None
 
 
 def _key(index: int, record: dict) -> str:
@@ -285,13 +280,13 @@ def convert_records(
         ) as writer:  # fmt: skip
             for index, record in enumerate(records):
                 try:
-                    if isinstance(record, _Skip):
+                    if isinstance(record, DropError):
                         raise record
                     if not isinstance(record, dict):
-                        raise _Skip("unknown_format", f"record is a {type(record).__name__}, not an object")
+                        raise DropError(Reason.UNKNOWN_FORMAT, f"record is a {type(record).__name__}, not an object")
                     media = _MediaRenamer(media_root)
                     text = _json_text(_rename_media(record, media))
-                except _Skip as skip:
+                except DropError as skip:
                     skipped += 1
                     report.write(json.dumps({"index": index, "reason": skip.reason, "error": str(skip)}) + "\n")
                     continue

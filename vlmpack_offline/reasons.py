@@ -29,6 +29,7 @@ class Reason(StrEnum):
     DUPLICATE_KEY = "duplicate_key"  # the key appears twice in one shard
     BAD_MEMBER_NAME = "bad_member_name"  # a tar member name that is not valid UTF-8
     UNREADABLE_SAMPLE = "unreadable_sample"  # any unforeseen error reading or counting this sample
+    MEDIA_OUTSIDE_ROOT = "media_outside_root"  # vlmpack convert: a record's media path leaves --media-root
     # a whole shard (its row in the shards table; its samples are counted there)
     TRUNCATED_SHARD = "truncated_shard"  # the tar ends inside a member
     DAMAGED_HEADER = "damaged_header"  # a header fails its checksum; reading resumed at the next valid one
