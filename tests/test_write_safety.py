@@ -97,6 +97,13 @@ def test_overlapping_folders_are_refused_before_anything_is_written(tmp_path, la
     assert _hashes(tmp_path) == before
 
 
+def test_a_file_url_input_is_checked_like_its_local_folder(tmp_path):
+    inputs = build_inputs(tmp_path)
+    data = {"wds_dir": f"file://{tmp_path / 'src'}", "packed_wds_dir": str(tmp_path / "src" / "out")}
+    with pytest.raises(ConfigError, match="data.packed_wds_dir .* is inside data.wds_dir entry 'file://"):
+        write.run(inputs.with_config(data=data))
+
+
 def test_a_marker_from_before_the_shard_count_clears_only_files_named_as_our_shards(tmp_path):
     inputs = build_inputs(tmp_path)
     out = inputs.config.packed_wds_dir

@@ -16,7 +16,8 @@ Refused, with the two settings named:
 
 A ``wds_dir`` entry is a folder, a ``.tar`` file, or a glob; for a glob the folder before its
 first wildcard counts (``/data/*/train-*.tar`` -> ``/data``). Paths are compared after
-``resolve()``, so symlinks and ``..`` do not hide an overlap.
+``resolve()``, so symlinks and ``..`` do not hide an overlap. A ``file://`` entry is its local
+path; other URLs (``s3://``, ``gs://``) cannot overlap the local output folders.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import ConfigError
+from ..tario import is_url
 
 __all__ = ["check_folder_layout"]
 
 
-def _root_of(entry: str) -> Path:
-    """The folder (or file) a ``wds_dir`` entry covers."""
+def _root_of(entry: str) -> Path | None:
+    """The local folder (or file) a ``wds_dir`` entry covers; None for a remote URL."""
+    if entry.startswith("file://"):
+        entry = entry.removeprefix("file://")
+    elif is_url(entry):
+        return None
     if glob.has_magic(entry):
         parts = Path(entry).parts
         fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))]]
@@ -53,7 +59,7 @@ def check_folder_layout(config: Config) -> None:
     """Raise ``ConfigError`` when the configured folders overlap (see module doc)."""
     data = config.data
     entries = data.wds_dir if isinstance(data.wds_dir, list) else [data.wds_dir]
-    inputs = [(entry, _root_of(entry).resolve()) for entry in entries if entry]
+    inputs = [(entry, root.resolve()) for entry in entries if entry and (root := _root_of(entry)) is not None]
     packed = Path(data.packed_wds_dir).resolve() if data.packed_wds_dir else None
     work = Path(data.work_dir).resolve() if data.work_dir else None
     fix = "point them at separate folders"
