@@ -3,9 +3,9 @@
 ::
 
     rules.py       ModelRules from the processor directory + model.processor_kwargs
-    media_info.py  probe_media(bytes) -> ImageMedia | VideoMedia; grid_thw; media_token_count
-    expansion.py   how the processor expands one pad (Qwen2/2.5-VL, Qwen3-VL timestamps)
-    counter.py     TokenCounter.count_many / count / materialize (fast path, Qwen-VL + text-only)
+    media_info.py  probe_media(bytes) -> ImageMedia | VideoMedia (the family refuses what it cannot take)
+    expansion.py   how the processor expands one pad: asks the family (``vlmpack_offline/families/``)
+    counter.py     TokenCounter.count_many / count / materialize (fast path: a family module, or text-only)
     slow.py        SlowCounter: runs the HF processor for any other family
     factory.py     make_counter(config): picks the fast or slow path
 """

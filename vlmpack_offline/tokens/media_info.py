@@ -1,21 +1,20 @@
-"""What the token count needs to know about one media item, and its patch grid.
+"""What the token count needs to know about one media item.
 
 ``probe_media`` reads bytes into a small record (header size for an image,
-container metadata + the shared frame sampling for a video); ``grid_thw`` turns it
-into the (t, h, w) patch grid the Qwen-VL processors produce::
-
-    image: smart_resize(h, w, factor=patch*merge, min_pixels, max_pixels) -> (1, H/patch, W/patch)
-    video: sampled frames T at (rh, rw)                                 -> (T/temporal, rh/patch, rw/patch)
-    tokens = t * h * w / merge**2
+container metadata + the shared frame sampling for a video) and lets the model's
+family refuse what its processor cannot take (``families/``: a video for a family
+without video, a Qwen-VL aspect ratio past 200:1). ``grid_thw`` / ``media_token_count``
+are the Qwen-VL patch grid (``families/qwen.py``), kept here for their callers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+from typing import ClassVar
 
 from ..config import VideoConfig
+from ..families import family_for
+from ..families.qwen import grid_thw, media_token_count
 from ..media import VideoSampling, image_size, probe_video, sample_video
 from ..reasons import DropError, Reason
 from .rules import ModelRules, resolve_video
@@ -25,12 +24,14 @@ __all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "grid_thw", "
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImageMedia:
+    kind: ClassVar[str] = "image"
     width: int  # header width in pixels (no EXIF transpose)
     height: int  # header height in pixels
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VideoMedia:
+    kind: ClassVar[str] = "video"
     sampling: VideoSampling  # the frames the loader will decode, and their size
 
 
@@ -44,10 +45,17 @@ def probe_media(
 
     ``video`` is the config's ``video:`` section: its set fields win over ``rules.video`` (the
     processor folder's settings over the family recipe).
-    ``check_grid=False`` skips the Qwen-VL grid (and its 200:1 aspect limit): the slow path
-    leaves such limits to the family's own processor.
+    ``check_grid=False`` skips the family's checks (the Qwen-VL 200:1 aspect limit, a video for a
+    family without video): the slow path leaves them to the family's own processor.
     """
     part = part or kind
+    family = family_for(rules.model_type)
+    if check_grid and kind == "video" and family is not None and not family.takes_video:
+        raise DropError(
+            Reason.UNSUPPORTED_MEDIA,
+            f"{part}: {rules.model_type} takes no video (its processor has no video input); "
+            "drop the video from the sample or train a family that takes video",
+        )
     if kind == "image":
         size = image_size(data, part=part)
         media: MediaInfo = ImageMedia(width=size.width, height=size.height)
@@ -60,36 +68,6 @@ def probe_media(
         media = VideoMedia(sampling=sampling)
     else:
         raise ValueError(f"unknown media kind {kind!r}")
-    if check_grid:  # Qwen-VL aspect-ratio check now, so the drop is recorded at probe time
-        grid_thw(rules, media, part=part)
+    if check_grid and family is not None:  # e.g. Qwen-VL's aspect limit, so the drop is recorded at probe time
+        family.check(rules, media, part=part)
     return media
-
-
-def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[int, int, int]:
-    """The (t, h, w) patch grid the Qwen-VL image/video processor gives for this item."""
-    if isinstance(media, VideoMedia):
-        s = media.sampling
-        return (
-            s.n_frames // rules.temporal_patch_size,
-            s.resized_height // rules.patch_size,
-            s.resized_width // rules.patch_size,
-        )
-    try:
-        height, width = smart_resize(
-            media.height,
-            media.width,
-            factor=rules.factor,
-            min_pixels=rules.min_pixels,
-            max_pixels=rules.max_pixels,
-        )
-    except ValueError as exc:  # transformers refuses aspect ratios past 200:1
-        raise DropError(
-            Reason.UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})"
-        ) from None
-    return 1, height // rules.patch_size, width // rules.patch_size
-
-
-def media_token_count(rules: ModelRules, media: MediaInfo) -> int:
-    """Visual (pad) tokens of one item: t * h * w / merge_size**2."""
-    t, h, w = grid_thw(rules, media)
-    return t * h * w // (rules.merge_size**2)

@@ -28,7 +28,8 @@ Video sampling (``ModelRules.video``, then ``resolve_video``), per field, first 
        total 128000 * factor**2 * 0.9   (factor 28: Qwen2/2.5-VL, 100352 / 602112 / 90316800;
        factor 32: Qwen3-VL / Qwen3.5, 131072 / 786432 / 117964800)
 
-For the Qwen-VL families (``FAST_FAMILIES``) tokens are computed from sizes; any
+For the families with a module in ``vlmpack_offline/families/`` (``FAST_FAMILIES``) tokens
+are computed from sizes, and the family reads its own extra settings (``Family.settings``); any
 other family is counted by running its HF processor (the slow path).
 
 ``model.model_type: qwenvl`` (the published tool's name) takes the folder's family and
@@ -52,6 +53,7 @@ from pathlib import Path
 from .._published import QWEN_FROM_FOLDER
 from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
+from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for
 from ..media.video import recipe_video
 
 __all__ = [
@@ -61,9 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Families whose processor expands <|image_pad|>/<|video_pad|> by the smart_resize grid.
-QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})  # Qwen3VLProcessor
-FAST_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | QWEN3_FAMILIES
 # Files of a processor folder that may name its processor class ("processor_class").
 _PROCESSOR_CLASS_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
 
@@ -82,8 +81,8 @@ class ModelRules:
 
     @property
     def fast(self) -> bool:
-        """True when tokens are computed from sizes (Qwen-VL families), False for the slow path."""
-        return self.model_type in FAST_FAMILIES
+        """True when tokens are computed from sizes (a family module), False for the slow path."""
+        return family_for(self.model_type) is not None
 
     @property
     def qwen3(self) -> bool:
@@ -264,7 +263,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     text_only = model.processor_loader == "auto_tokenizer"
     folder_type = _read_json(path / "config.json").get("model_type")
     if model.model_type == QWEN_FROM_FOLDER:  # the published tool's one name for every Qwen-VL generation
-        if folder_type not in FAST_FAMILIES:
+        if folder_type not in QWEN_FAMILIES:
             raise ConfigError(
                 f"model.model_type = 'qwenvl' (the published tool's name for the Qwen-VL family) needs a Qwen-VL "
                 f"processor folder, but {path}/config.json has model_type {folder_type!r}; set model.model_type to "
@@ -281,12 +280,11 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
             raise ConfigError(f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)")
     pre, video_pre, _source = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
-    settings = _int_settings({**pre, **model.processor_kwargs})
+    merged = {**pre, **model.processor_kwargs}
+    settings = _int_settings(merged)
+    family = family_for(str(model_type))
+    if family is not None and not text_only:  # the family's own settings, and what it refuses to count
+        settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
-    if not text_only and rules.fast and not pre:
-        raise ConfigError(
-            f"{path} has no preprocessor_config.json and no image_processor in processor_config.json: "
-            f"the {model_type} image settings are needed"
-        )
     folder = _folder_video(video_pre, qwen3=rules.qwen3)
     return dataclasses.replace(rules, video=resolve_video(video, folder, factor=rules.factor))

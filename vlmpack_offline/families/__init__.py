@@ -1,0 +1,29 @@
+"""Model families: how each VLM's processor expands media into tokens, keyed by HF ``model_type``.
+
+::
+
+    base.py    Family (the interface), SpecialTokens, Size
+    qwen.py    qwen2_vl, qwen2_5_vl, qwen3_vl(_moe), qwen3_5(_moe): patch grid from smart_resize, mRoPE
+
+A ``model_type`` with a module here is counted from image headers and video
+metadata (the fast path); any other is counted by running its HF processor
+(``tokens/slow.py``). Adding a family is one module here plus its tests.
+"""
+
+from __future__ import annotations
+
+from .base import Family, Size, SpecialTokens
+from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
+
+__all__ = [
+    "Family", "Size", "SpecialTokens", "FAMILIES", "FAST_FAMILIES", "QWEN_FAMILIES", "QWEN3_FAMILIES",
+    "family_for",
+]  # fmt: skip
+
+FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN,) for model_type in family.model_types}
+FAST_FAMILIES = frozenset(FAMILIES)  # model types counted from sizes (fast path)
+
+
+def family_for(model_type: str) -> Family | None:
+    """The family module for ``model_type``, or None (counted by the slow path)."""
+    return FAMILIES.get(model_type)

@@ -1,0 +1,92 @@
+"""The one interface every model family implements, and the records it returns.
+
+A family says how its HF processor turns the one media token the chat template
+renders (the *pad*) into the tokens the model sees, as a function of the image
+size or the video sampling alone, so the scan can count without running the
+processor::
+
+    rendered chat   ... <pad> ...                      (one pad per media item)
+    compact text    compact_text(rendered)             (what the counter tokenizes)
+    expanded text   pad -> replacement_text(item)      (what the processor produces)
+    count           len(tokenize(compact)) + sum(replacement_size(item).tokens - 1)
+
+``replacement_size(item).tokens`` is the number of tokens that stand in the expanded
+sequence where the compact text has the item's one pad token. Media tokens are
+special tokens, so the tokenizer splits the text at them: every piece in between
+tokenizes alone, which is what makes the arithmetic exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the tokens package imports the families, not the other way round
+    from ..tokens.media_info import MediaInfo
+    from ..tokens.rules import ModelRules
+
+__all__ = ["SpecialTokens", "Size", "Family"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecialTokens:
+    image_pad: str = "<|image_pad|>"  # one per image in the rendered chat, expanded by the processor
+    video_pad: str = "<|video_pad|>"  # one per video
+    vision_start: str = "<|vision_start|>"  # opens a Qwen3-VL per-frame block
+    vision_end: str = "<|vision_end|>"  # closes it
+
+    @classmethod
+    def of(cls, tokenizer) -> SpecialTokens:
+        """The tokens the processor would use: the tokenizer's attributes where it has them (as HF does)."""
+        names = {
+            "image_pad": "image_token",
+            "video_pad": "video_token",
+            "vision_start": "vision_start_token",
+            "vision_end": "vision_end_token",
+        }
+        found = {field: getattr(tokenizer, attr, None) for field, attr in names.items()}
+        return cls(**{field: value for field, value in found.items() if isinstance(value, str) and value})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Size:
+    tokens: int  # tokens standing where the compact text has the item's one pad token
+    media_tokens: int  # the model's media (soft / pad) tokens among them
+
+
+class Family(Protocol):
+    """One VLM family's expansion rules; instances are registered by HF ``model_type``."""
+
+    name: str  # shown by ``vlmpack scan``, e.g. "qwen-vl"
+    model_types: frozenset[str]  # the HF model_type values this module counts
+    takes_video: bool  # False: a video item is dropped as unsupported_media
+    positions: str  # "mrope" (3-D rope index from the media grids) or "1d" (0..n-1)
+
+    def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
+        """Extra ``ModelRules`` fields from the folder: ``image`` the image processor settings (either
+        layout, {} when none), ``kwargs`` model.processor_kwargs (they win, as in ``from_pretrained``),
+        ``processor`` the top level of ``processor_config.json``. Raises ``ConfigError`` on what it
+        cannot count."""
+        ...
+
+    def special_tokens(self, tokenizer) -> SpecialTokens:
+        """The pads the chat template renders, as the family's processor names them."""
+        ...
+
+    def compact_text(self, text: str, special: SpecialTokens) -> str:
+        """The rendered text as the counter tokenizes it (identity when pads expand to pads alone)."""
+        ...
+
+    def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
+        """Raise ``DropError`` at probe time for an item this family's processor refuses."""
+        ...
+
+    def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        """The exact string the HF processor puts in place of this item's pad."""
+        ...
+
+    def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        """Tokens of ``replacement_text`` (see the module doc) without building it."""
+        ...
