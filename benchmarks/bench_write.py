@@ -122,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
             tar.read_bytes()
         write_times, copy_times, out_bytes = [], [], 0
         for rep in range(args.repeats):
+            # each side starts after the other's output (same size) was deleted and synced, so both
+            # meet the same background work (this ext4 mounts with discard: a delete issues trims)
+            shutil.rmtree(root / f"packed-{rep - 1}", ignore_errors=True)
             os.sync()  # untimed: neither side waits on the other's dirty pages
             copy_s, copied = plain_copy(raw, packs, root / f"copy-{rep}.bin")
             copy_times.append(copy_s)
             (root / f"copy-{rep}.bin").unlink()
-            shutil.rmtree(root / f"packed-{rep - 1}", ignore_errors=True)
             os.sync()
             raw["data"]["packed_wds_dir"] = str(root / f"packed-{rep}")
             raw["packed_wds"] = {"maxcount": args.maxcount}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import struct
@@ -121,3 +122,33 @@ def test_a_shard_is_byte_identical_to_the_tar_tarfile_writes(tmp_path):
     idx = idx_path_for(tmp_path / "pretrain-000000.tar").read_bytes()
     assert list(struct.unpack(f"{len(samples) + 1}Q", idx)) == [*offsets, end]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("refused", [("copy_file_range",), ("copy_file_range", "sendfile")])
+def test_kernel_copies_refused_between_two_files_fall_back_to_the_same_bytes(tmp_path, monkeypatch, refused):
+    """copy_file_range refuses files on two filesystems (EXDEV): sendfile, then plain reads, take over."""
+    calls: list[str] = []
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        return call
+
+    for name in refused:
+        monkeypatch.setattr(os, name, refuse(name))
+    blob = bytes(range(256)) * 3000
+    source = tmp_path / "source.bin"
+    source.write_bytes(blob)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        writer = ShardTarWriter(tmp_path / "pretrain-000000.tar", kernel_copy_min=0)
+        writer.add_sample("pack_00000000", [("m0000.bin", SourceRange(fd, 10, 700_000, str(source))),
+                                            ("m0001.bin", SourceRange(fd, 0, 5000, str(source)))])  # fmt: skip
+        writer.finish()
+    finally:
+        os.close(fd)
+    expected, _ = _tarfile_bytes([("pack_00000000", [("m0000.bin", blob[10:700_010]), ("m0001.bin", blob[:5000])])])
+    assert (tmp_path / "pretrain-000000.tar").read_bytes() == expected
+    assert calls == list(refused)  # each refusal is tried once, not per member

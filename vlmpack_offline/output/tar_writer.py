@@ -4,7 +4,8 @@
 
     pretrain-000003.tar.tmp   members appended sample by sample (GNU headers, no PAX); a member's
                               data is bytes, or a ``SourceRange`` of an open source tar that is
-                              read straight into the batch (os.preadv) or copied in the kernel
+                              read straight into the batch (os.preadv) or, from KERNEL_COPY_MIN
+                              bytes up, copied by the kernel (copy_file_range, else sendfile)
     pretrain-000003.tar.idx.tmp   uint64 (native order, as energon writes it) offset of each sample's first header, then the
                                   end offset of the last member: N+1 entries (energon's format)
     -> finish(): rename .idx, then .tar   (fsync_files() flushes all shards at the end of the run)
@@ -30,6 +31,7 @@ from ..kill_points import kill_point
 __all__ = [
     "MemberSpec",
     "SourceRange",
+    "KERNEL_COPY_MIN",
     "reproducible_tarinfo",
     "ShardTarWriter",
     "member_header",
@@ -42,7 +44,11 @@ __all__ = [
 _BLOCK = tarfile.BLOCKSIZE
 _BUFFER = 4 << 20  # bytes staged per write: headers, parts and padding go out in large sequential writes
 _ZERO_VIEW = memoryview(bytes(_BLOCK))
-_COPY_FILE_RANGE = hasattr(os, "copy_file_range")  # else os.sendfile for kernel copies
+# SourceRange data from this size up is copied by the kernel, smaller data is read into the buffer:
+# measured with benchmarks/bench_write.py on ext4, kernel copies of ~1 MB parts beat reading them
+# (0.91-0.93 vs 0.75 of a plain copy), while for ~100 KB parts one call per part costs more than
+# it saves (0.61 vs 0.68); from 1 MiB up both cases gain or break even
+KERNEL_COPY_MIN = 1 << 20
 _NO_KERNEL_COPY = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF}
 _WRITEBACK = 8 << 20  # start the disk writing every 8 MiB written, not only at the final fsync
 _KICK = getattr(os, "POSIX_FADV_DONTNEED", None)  # Linux: fadvise starts writeback of a dirty range
@@ -141,7 +147,7 @@ def member_header(name: str, size: int) -> bytes:
 class ShardTarWriter:
     """Append samples to ``<tar>.tmp`` and its index; ``finish`` makes both visible atomically."""
 
-    def __init__(self, tar_path: Path, *, kernel_copy_min: int | None = None) -> None:
+    def __init__(self, tar_path: Path, *, kernel_copy_min: int | None = KERNEL_COPY_MIN) -> None:
         self.tar_path = Path(tar_path)
         self._tmp = self.tar_path.with_name(self.tar_path.name + ".tmp")
         self._idx_tmp = self.tar_path.with_name(self.tar_path.name + ".idx.tmp")
@@ -154,8 +160,9 @@ class ShardTarWriter:
         self._flushed = 0  # bytes handed to the kernel
         self._kicked = 0  # bytes whose writeback was started
         # SourceRange data of at least this many bytes is copied by the kernel (copy_file_range,
-        # else sendfile); None: every range is read into the buffer (the measured-faster default)
-        self._kernel_copy_min = kernel_copy_min
+        # else sendfile); None: every range is read into the buffer
+        self._kernel_copy_min = kernel_copy_min if hasattr(os, "copy_file_range") or hasattr(os, "sendfile") else None
+        self._copy_call = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile"
         self.n_samples = 0
 
     def add_sample(self, key: str, members: list[MemberSpec]) -> None:
@@ -216,20 +223,25 @@ class ShardTarWriter:
             left -= got
 
     def _kernel_copy(self, source: SourceRange) -> None:
-        """``copy_file_range`` (no user-space copy; server-side on NFS 4.2), else ``sendfile``, else read."""
+        """``copy_file_range`` (no user-space copy; server-side on NFS 4.2), else ``sendfile`` (any two
+        files, e.g. across filesystems), else the buffer: each is dropped for this writer at its first refusal."""
         offset, left = source.offset, source.size
         while left:
             try:
-                if _COPY_FILE_RANGE:
+                if self._copy_call == "copy_file_range":
                     got = os.copy_file_range(source.fd, self._fd, left, offset)
                 else:
                     got = os.sendfile(self._fd, source.fd, offset, left)
             except OSError as exc:
                 if exc.errno not in _NO_KERNEL_COPY or left != source.size:
                     raise
-                self._kernel_copy_min = None  # not between these files: read them from now on
-                self._put_range(source)
-                return
+                if self._copy_call == "copy_file_range" and hasattr(os, "sendfile"):
+                    self._copy_call = "sendfile"
+                else:
+                    self._kernel_copy_min = None  # no kernel copy between these files: read them
+                    self._put_range(source)
+                    return
+                continue
             if got <= 0:
                 raise _short_read(source, offset)
             offset += got
