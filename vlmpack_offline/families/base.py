@@ -35,7 +35,8 @@ class SpecialTokens:
     image_pad: str = "<|image_pad|>"  # one per image in the rendered chat, expanded by the processor
     video_pad: str = "<|video_pad|>"  # one per video
     vision_start: str = "<|vision_start|>"  # opens a Qwen3-VL per-frame block
-    vision_end: str = "<|vision_end|>"  # closes it
+    vision_end: str = "<|vision_end|>"  # closes it (Gemma3: the end-of-image token)
+    image_soft: str = ""  # Gemma3: the soft token an image pad expands to (image_seq_length times)
 
     @classmethod
     def of(cls, tokenizer) -> SpecialTokens:

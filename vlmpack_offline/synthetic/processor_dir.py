@@ -9,6 +9,13 @@ the family publishes (``template="published"``, the default: no
 Qwen2-VL-style template with ``{% generation %}`` around assistant turns instead,
 for the templates some training stacks add markers to.
 
+``family="gemma3"`` adds Gemma3's special tokens to the same Qwen BPE (``<bos>``, ``<start_of_turn>``,
+``<end_of_turn>``, ``<start_of_image>`` as ``boi_token``, ``<end_of_image>`` as ``eoi_token``,
+``<image_soft_token>`` as ``image_token``, named in ``tokenizer_config.json`` as the hub's Gemma3 folders
+name them), the public Gemma3 preprocessor settings (SigLIP 896x896, mean/std 0.5, no pan-and-scan),
+``processor_config.json`` with ``image_seq_length`` 256, and a template that renders like Gemma3's
+published one (``<start_of_turn>user ... <end_of_turn>``, images as ``<start_of_image>``, no video).
+
 ``layout="hub"`` (default) writes the files as the hub holds them (``preprocessor_config.json``,
 and ``video_preprocessor_config.json`` with ``video=True``); ``layout="transformers5"`` writes what
 transformers 5 ``save_pretrained`` writes: the real processor class saved with its real image
@@ -168,6 +175,56 @@ GENERATION_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# As published with Gemma3 (google/gemma-3-*-it chat_template): system folded into the first user turn,
+# assistant as "model", images as <start_of_image>, no video item.
+GEMMA3_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
+# Gemma3's special tokens: (tokenizer attribute or None, token).
+GEMMA3_TOKENS = (
+    ("bos_token", "<bos>"), (None, "<start_of_turn>"), (None, "<end_of_turn>"),
+    ("boi_token", "<start_of_image>"), ("eoi_token", "<end_of_image>"), ("image_token", "<image_soft_token>"),
+)  # fmt: skip
+
 _CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -220,6 +277,21 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# google/gemma-3-4b-it preprocessor_config.json (nulls: the processor's defaults, pan-and-scan off).
+PRESETS["gemma3"] = {
+    "preprocessor": {
+        "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
+        "do_resize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 256,
+        "pan_and_scan_max_num_crops": None, "pan_and_scan_min_crop_size": None,
+        "pan_and_scan_min_ratio_to_activate": None, "processor_class": "Gemma3Processor", "resample": 2,
+        "rescale_factor": 1 / 255, "size": {"height": 896, "width": 896},
+    },
+    "processor": {"image_seq_length": 256, "processor_class": "Gemma3Processor"},
+    "config": {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "mm_tokens_per_image": 256},
+    "template": GEMMA3_TEMPLATE,
+}  # fmt: skip
+
 # Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
 # releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
 VIDEO_PRESETS: dict[str, dict] = {
@@ -262,6 +334,10 @@ def build_processor_dir(
     """
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted(PRESETS)}")
+    if family == "gemma3":
+        if template != "published" or video:
+            raise ValueError("a gemma3 folder has the published template only, and no video processor")
+        return _build_gemma3(Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -285,6 +361,39 @@ def build_processor_dir(
         (target / "video_preprocessor_config.json").write_text(json.dumps(video_settings, indent=2))
     if layout == "transformers5":
         _save_transformers5(target, family, video)
+    (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
+    return target
+
+
+def _build_gemma3(target: Path, layout: str) -> Path:
+    """The Gemma3 folder (see the module doc): the Qwen BPE plus Gemma3's tokens, hub files or save_pretrained's."""
+    from transformers import AutoTokenizer, Gemma3Processor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    if layout not in ("hub", "transformers5"):
+        raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
+    target.mkdir(parents=True, exist_ok=True)
+    source = tokenizer_files_dir()
+    for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copyfile(source / name, target / name)
+    tokenizer = AutoTokenizer.from_pretrained(target, chat_template=GEMMA3_TEMPLATE, model_max_length=1_000_000)
+    tokenizer.add_special_tokens({"bos_token": "<bos>", "additional_special_tokens": [t for _, t in GEMMA3_TOKENS[1:]]})
+    tokenizer.save_pretrained(target)
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config.update({name: token for name, token in GEMMA3_TOKENS[3:]})  # as the hub's Gemma3 folders name them
+    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    preset = PRESETS["gemma3"]
+    (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
+    (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))
+    if layout == "transformers5":
+        tokenizer = AutoTokenizer.from_pretrained(target)
+        settings = {k: v for k, v in preset["preprocessor"].items() if v is not None and not k.endswith(("_type", "_class"))}
+        image_processor = Gemma3ImageProcessorPil(**settings)
+        processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer,
+                                    chat_template=GEMMA3_TEMPLATE, image_seq_length=preset["processor"]["image_seq_length"])  # fmt: skip
+        for name in ("preprocessor_config.json", "processor_config.json"):
+            (target / name).unlink()
+        processor.save_pretrained(target)
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
     return target
 

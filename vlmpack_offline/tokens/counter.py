@@ -230,7 +230,7 @@ class TokenCounter:
                     results.append(exc)
         rendered = [c for (c, _), r in zip(samples, results, strict=True) if r is None]
         spans = iter(self._spans_many(rendered, texts))
-        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        encoded = iter(self.tokenizer(self.expander.compact_many(texts), add_special_tokens=False)["input_ids"] if texts else [])
         image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
         for index, (conversation, media) in enumerate(samples):
             if results[index] is not None:

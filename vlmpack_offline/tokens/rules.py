@@ -77,6 +77,7 @@ class ModelRules:
     temporal_patch_size: int = 2  # frames per temporal patch (an image counts as one)
     min_pixels: int = 56 * 56  # smart_resize lower bound for images
     max_pixels: int = 28 * 28 * 1280  # smart_resize upper bound for images
+    tokens_per_image: int = 0  # fixed-token families (Gemma3: the processor's image_seq_length)
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property

@@ -1,0 +1,83 @@
+"""Gemma3: every image is a fixed number of soft tokens (SigLIP at 896x896); no video; 1-D positions.
+
+Mirrors transformers' ``Gemma3Processor`` (``processing_gemma3.py``), which replaces each
+``boi_token`` (``<start_of_image>``, what the chat template renders for an image) by::
+
+    "\\n\\n" <start_of_image> <image_soft_token> * image_seq_length <end_of_image> "\\n\\n"
+
+whatever the image size (the image processor resizes every image to 896x896). The "\\n\\n"
+pieces are plain text and merge with the text around them, so the counter tokenizes the
+compact text (each pad already wrapped, without soft tokens) and adds ``image_seq_length``
+per image; the soft tokens are special, so nothing else moves.
+
+Settings: ``image_seq_length`` from ``model.processor_kwargs``, else ``processor_config.json``'s
+top level, else the image processor settings, else 256 (the processor's default). Pan-and-scan
+(``do_pan_and_scan: true``) adds image-dependent crops; it is not counted here and is refused.
+A video item is dropped as ``unsupported_media`` (the processor has no video input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from .base import Size, SpecialTokens
+
+if TYPE_CHECKING:
+    from ..tokens.media_info import MediaInfo
+    from ..tokens.rules import ModelRules
+
+__all__ = ["GEMMA3", "Gemma3Family"]
+
+_DEFAULT_SEQ_LENGTH = 256  # Gemma3Processor(image_seq_length=256)
+
+
+class Gemma3Family:
+    name = "gemma3"
+    model_types = frozenset({"gemma3"})
+    takes_video = False
+    positions = "1d"
+
+    def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
+        pan_and_scan = kwargs.get("do_pan_and_scan", image.get("do_pan_and_scan"))
+        if pan_and_scan:
+            raise ConfigError(
+                f"{path}: do_pan_and_scan is on (processor settings or model.processor_kwargs); vlmpack does not "
+                "count Gemma3's pan-and-scan crops yet. Set model.processor_kwargs.do_pan_and_scan: false"
+            )
+        for source in (kwargs, processor, image):
+            if source.get("image_seq_length") is not None:
+                return {"tokens_per_image": int(source["image_seq_length"])}
+        return {"tokens_per_image": _DEFAULT_SEQ_LENGTH}
+
+    def special_tokens(self, tokenizer) -> SpecialTokens:
+        def named(attribute: str, default: str) -> str:
+            value = getattr(tokenizer, attribute, None)  # the names the tokenizer's folder gives them
+            return value if isinstance(value, str) and value else default
+
+        boi = named("boi_token", "<start_of_image>")
+        return SpecialTokens(
+            image_pad=boi,  # the processor's image_token is the boi token
+            vision_start=boi,
+            vision_end=named("eoi_token", "<end_of_image>"),
+            image_soft=named("image_token", "<image_soft_token>"),
+        )
+
+    def compact_text(self, text: str, special: SpecialTokens) -> str:
+        return text.replace(special.image_pad, f"\n\n{special.image_pad}{special.vision_end}\n\n")
+
+    def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
+        return None  # any image size: the processor resizes to its fixed square
+
+    def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        soft = special.image_soft * rules.tokens_per_image
+        return f"\n\n{special.image_pad}{soft}{special.vision_end}\n\n"
+
+    def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        # the compact text keeps the pad (boi) and eoi; the soft tokens stand after the pad
+        return Size(tokens=1 + rules.tokens_per_image, media_tokens=rules.tokens_per_image)
+
+
+GEMMA3 = Gemma3Family()
