@@ -61,12 +61,16 @@ class SourceFiles:
     A local path is opened with ``open`` (and read with ``os.pread``, or handed to the tar
     writer as a ``SourceRange`` so its bytes go straight to the output); a URL (``s3://``,
     ``file://``, ``memory://``) is opened through fsspec (``tario.open_source``) and read by range.
+    A file a ``SourceRange`` points into stays open until ``settle()`` (after the writer has
+    taken the sample), whatever the LRU's size: its descriptor must not be closed and reused
+    by another file while the range waits to be copied.
     """
 
     def __init__(self, shard_paths: dict[str, str], max_open: int = 256) -> None:
         self._paths = shard_paths
         self._open: OrderedDict[str, BinaryIO] = OrderedDict()
         self._max_open = max_open
+        self._pinned: set[str] = set()  # shards with SourceRanges not yet settled
 
     def handle(self, shard: str) -> BinaryIO:
         handle = self._open.pop(shard, None)
@@ -74,10 +78,21 @@ class SourceFiles:
             if shard not in self._paths:
                 raise ShardError(f"shard {shard!r} is not in the manifest's shards table: rerun `vlmpack scan`")
             handle = open_source(self._paths[shard])  # closed by close() or when evicted
-            if len(self._open) >= self._max_open:
-                self._open.popitem(last=False)[1].close()
+            self._evict(self._max_open - 1)
         self._open[shard] = handle
         return handle
+
+    def _evict(self, keep: int) -> None:
+        """Close the least recently used unpinned handles until at most ``keep`` are open (or only pinned ones)."""
+        if len(self._open) <= keep:
+            return
+        for shard in [s for s in self._open if s not in self._pinned][: max(0, len(self._open) - keep)]:
+            self._open.pop(shard).close()
+
+    def settle(self) -> None:
+        """The SourceRanges handed out so far are consumed: their files may be closed again."""
+        self._pinned.clear()
+        self._evict(self._max_open)
 
     def read(self, shard: str, offset: int, size: int) -> bytes:
         data = read_range(self.handle(shard), offset, size)
@@ -91,15 +106,17 @@ class SourceFiles:
     def range(self, shard: str, offset: int, size: int) -> SourceRange | bytes:
         """Member data for ``ShardTarWriter``: a ``SourceRange`` of a local file (never read into a
         ``bytes`` here), the bytes themselves for a URL."""
-        handle = self.handle(shard)
         if is_url(self._paths[shard]):
             return self.read(shard, offset, size)
+        handle = self.handle(shard)
+        self._pinned.add(shard)
         return SourceRange(handle.fileno(), offset, size, self._paths[shard])
 
     def path(self, shard: str) -> Path:
         return Path(self._paths[shard])
 
     def close(self) -> None:
+        self._pinned.clear()
         while self._open:
             self._open.popitem()[1].close()
 

@@ -296,6 +296,7 @@ def _write_shard(
             if ids_npy is not None:
                 members.append((IDS_PART, ids_npy))
             writer.add_sample(pack_key(pack.pack_id), members)
+            files.settle()  # the pack's source ranges are copied: their files may be closed
         size = writer.bytes_written
         writer.finish()
     except BaseException:
