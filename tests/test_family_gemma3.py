@@ -98,7 +98,7 @@ def test_scan_counts_equal_the_real_gemma3_processor(tmp_path, layout, gemma3_di
     soft = processor.tokenizer.image_token_id
     result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory))])
     assert result.exit_code == 0, result.output + repr(result.exception)
-    # assert "gemma3: fast path" in result.output
+    assert "gemma3: fast path (256 tokens per image)" in result.output
     samples = _samples(wds)
     with Manifest(manifest_path(tmp_path / "work")) as manifest:
         rows = list(manifest.iter_samples())

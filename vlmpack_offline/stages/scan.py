@@ -34,6 +34,7 @@ from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
+from ..tokens.factory import counting_path
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
@@ -295,7 +296,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
-    load_model_rules(config.model)  # a wrong processor path or model_type, said before anything is opened
+    counting = counting_path(load_model_rules(config.model))  # a wrong processor path or model_type, said first
     tasks = discover_shards(config.data.wds_dir)
     selected = tasks[:limit_shards] if limit_shards else tasks
     inputs_fp = scan_inputs_fingerprint(config)
@@ -308,7 +309,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
                 {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
                 0,
             )
-            return _checked(config, StageResult(stage="scan", skipped=True, summary=lines, counts=counts))
+            return _checked(config, StageResult(stage="scan", skipped=True, summary=[counting, *lines], counts=counts))
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
@@ -333,7 +334,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
             "shards_left": left,
         }
         lines, counts = _summary(manifest, base, seconds)
-    return _checked(config, StageResult(stage="scan", summary=lines, counts=counts, seconds=seconds))
+    return _checked(config, StageResult(stage="scan", summary=[counting, *lines], counts=counts, seconds=seconds))
 
 
 def _checked(config: Config, result: StageResult) -> StageResult:

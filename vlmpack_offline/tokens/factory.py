@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from ..config import Config
+from ..families import family_for
 from .counter import TokenCounter, load_tokenizer
-from .rules import load_model_rules
+from .rules import ModelRules, load_model_rules
 
-__all__ = ["make_counter"]
+__all__ = ["make_counter", "counting_path"]
+
+
+def counting_path(rules: ModelRules) -> str:
+    """One line naming the model family and how its tokens are counted (``vlmpack scan`` prints it)."""
+    if rules.text_only:
+        return f"{rules.model_type}: text only (tokenizer; media samples dropped)"
+    family = family_for(rules.model_type)
+    if family is None:
+        return f"{rules.model_type}: slow path (HF processor)"
+    how = "sizes from headers" if family.name == "qwen-vl" else f"{rules.tokens_per_image} tokens per image"
+    return f"{rules.model_type}: fast path ({how})"
 
 
 def make_counter(config: Config):

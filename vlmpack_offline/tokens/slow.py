@@ -1,9 +1,17 @@
-"""The slow path: count any non-Qwen-VL family by running its HF processor on decoded media.
+"""The slow path: count any family without a module in ``families/`` by running its HF processor.
 
 Used only when ``model_type`` is not in ``FAST_FAMILIES``: the processor decides
-how media expand (Gemma3, Pixtral, LLaVA, ...), so we run it on every sample.
+how media expand (Pixtral, LLaVA, ...), so we run it on every sample.
 Images are passed as opened by PIL (no EXIF transpose), videos as the frames of
-the shared sampler, so the loader can feed the processor exactly the same inputs.
+the shared sampler, so the loader can feed the processor exactly the same inputs::
+
+    videos          frames of the shared sampler, already sampled: do_sample_frames=False, and
+                    video_metadata = VideoMetadata(total_num_frames, fps, frames_indices, width, height)
+                    per video (GLM-4V-style processors read the timestamps from it)
+    media_tokens    ids among the processor's image_token_ids + video_token_ids (the tokens its
+                    model marks as media: Gemma3's soft tokens, Pixtral's [IMG] [IMG_BREAK] [IMG_END])
+    unsupported     a video for a processor without a video processor (an image for one without an
+                    image processor) is dropped as unsupported_media at probe time, not ignored
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from .media_info import VideoMedia, probe_media
 from .rules import ModelRules, load_model_rules
 from .spans import ChatRenderer
 
-__all__ = ["RawMedia", "SlowCounter"]
+__all__ = ["RawMedia", "SlowCounter", "video_metadata"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,7 @@ class SlowCounter:
             k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"
         }
         log.warning(
-            "model_type %r is not a Qwen-VL family: counting tokens by running its HF processor on "
+            "model_type %r has no family module (vlmpack_offline/families): counting tokens by running its HF processor on "
             "decoded media (slow path, expect ~100x fewer samples/s)",
             rules.model_type,
         )
@@ -61,15 +69,22 @@ class SlowCounter:
         template = getattr(self.processor, "chat_template", None) or self.tokenizer.chat_template
         self.chat = ChatRenderer(template, {**self.tokenizer.special_tokens_map, **config.model.chat_template_kwargs})
         self.train_on = config.loss.train_on
-        self._media_ids = {
-            getattr(self.processor, name, None) for name in ("image_token_id", "video_token_id")
-        } - {None}
+        self._media_ids = _media_token_ids(self.processor)
+        self._takes = {
+            kind: getattr(self.processor, f"{kind}_processor", None) is not None for kind in ("image", "video")
+        }
 
     @classmethod
     def from_config(cls, config: Config) -> SlowCounter:
         return cls(load_model_rules(config.model), config)
 
     def probe(self, kind: str, data: bytes, *, part: str = "") -> RawMedia:
+        if kind in self._takes and not self._takes[kind]:
+            raise DropError(
+                Reason.UNSUPPORTED_MEDIA,
+                f"{part or kind}: the {self.rules.model_type} processor ({type(self.processor).__name__}) has no "
+                f"{kind} processor, so this {kind} cannot be fed to the model; drop it from the sample",
+            )
         info = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
         return RawMedia(
             kind=kind, data=data, part=part or kind, video=info if isinstance(info, VideoMedia) else None
@@ -90,10 +105,43 @@ class SlowCounter:
         rendered, _ = render_or_drop(self.chat, conversation)
         require_labels(self.chat, conversation, self.train_on)
         images = [open_image(m.data, part=m.part) for m in media if m.kind == "image"]
-        videos = [decode_frames(m.data, m.video.sampling) for m in media if m.kind == "video" and m.video]
+        videos = [m.video.sampling for m in media if m.kind == "video" and m.video]
+        kwargs: dict = {}
+        if videos:  # frames are sampled already: the processor must neither re-sample nor guess the timing
+            kwargs = {
+                "videos": [decode_frames(m.data, m.video.sampling) for m in media if m.kind == "video" and m.video],
+                "video_metadata": [video_metadata(sampling) for sampling in videos],
+                "do_sample_frames": False,
+            }
         try:
-            out = self.processor(text=[rendered], images=images or None, videos=videos or None)
+            out = self.processor(text=[rendered], images=images or None, **kwargs)
         except Exception as exc:
             raise DropError(Reason.CORRUPT_MEDIA, f"the HF processor failed on this sample: {exc}") from None
         ids = list(out["input_ids"][0])
         return Count(token_len=len(ids), media_tokens=sum(1 for i in ids if i in self._media_ids))
+
+
+def video_metadata(sampling):
+    """The ``transformers.video_utils.VideoMetadata`` of frames our sampler chose (``frames_indices``
+    into the source's ``total_num_frames`` at its native ``fps``), at the size they are decoded to."""
+    from transformers.video_utils import VideoMetadata
+
+    total = sampling.total_frames or (max(sampling.frame_indices) + 1)
+    return VideoMetadata(
+        total_num_frames=total,
+        fps=sampling.native_fps,
+        width=sampling.resized_width,
+        height=sampling.resized_height,
+        duration=total / sampling.native_fps if sampling.native_fps else None,
+        frames_indices=list(sampling.frame_indices),
+    )
+
+
+def _media_token_ids(processor) -> set[int]:
+    """The ids the processor marks as media in ``mm_token_type_ids``: its ``image_token_ids`` and
+    ``video_token_ids`` (with a family's extra ones, e.g. Pixtral's break/end), else ``*_token_id``."""
+    ids: set = set()
+    for kind in ("image", "video"):
+        listed = getattr(processor, f"{kind}_token_ids", None)
+        ids.update(listed if isinstance(listed, list | tuple) else [getattr(processor, f"{kind}_token_id", None)])
+    return {i for i in ids if isinstance(i, int)}
