@@ -157,8 +157,10 @@ def test_check_sources_sha256_catches_a_source_edited_in_place_with_size_and_mti
         return subprocess.run([sys.executable, "-m", "vlmpack_offline", stage, "--config", str(tmp_path / "c.yaml")],
                               capture_output=True, text=True, timeout=300)  # fmt: skip
 
-    for stage in ("scan", "bucket", "plan"):
-        assert cli(stage).returncode == 0
+    from vlmpack_offline.stages import bucket, plan, scan
+
+    for stage in (scan, bucket, plan):
+        stage.run(config)
     _edit_in_place_keeping_size_and_mtime(shard)
     refused = cli("write")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
