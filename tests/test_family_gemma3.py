@@ -124,12 +124,17 @@ def test_materialize_gives_the_processor_input_ids(gemma3_dirs, wds, make_config
     processor = AutoProcessor.from_pretrained(directory)
     counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
     checked = 0
-    for conversation, parts in _samples(wds).values():
+    for key, (conversation, parts) in _samples(wds).items():
         if conversation.media_type == "video" or any(m.kind == "video" for m in conversation.media):
             continue
         media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
         materialized = counter.materialize(conversation, media)
-        assert materialized.input_ids == _reference(processor, conversation, parts)
+        ids = _reference(processor, conversation, parts)
+        assert materialized.input_ids == ids
+        learned = [i for i, m in zip(ids, materialized.assistant_mask, strict=True) if m]
+        assert processor.tokenizer.image_token_id not in learned
+        if key.startswith("edge"):  # one assistant turn: its text and <end_of_turn>, nothing else
+            assert processor.tokenizer.decode(learned) == f"Answer {int(key[4:])}.<end_of_turn>"
         checked += 1
     assert checked >= 15
 
