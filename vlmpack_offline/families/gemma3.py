@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..reasons import DropError, Reason
 from .base import Size, SpecialTokens
 
 if TYPE_CHECKING:
@@ -52,13 +51,10 @@ class Gemma3Family:
                 f"{path}: do_pan_and_scan is on (processor settings or model.processor_kwargs); vlmpack does not "
                 "count Gemma3's pan-and-scan crops yet. Set model.processor_kwargs.do_pan_and_scan: false"
             )
-        # Gemma3's published settings say "do_convert_rgb": null, which turns the conversion off:
-        # its processor then fails on L / P / RGBA images (mean and std have three channels)
-        convert = kwargs["do_convert_rgb"] if "do_convert_rgb" in kwargs else image.get("do_convert_rgb", True)
         for source in (kwargs, processor, image):
             if source.get("image_seq_length") is not None:
-                return {"tokens_per_image": int(source["image_seq_length"]), "convert_rgb": bool(convert)}
-        return {"tokens_per_image": _DEFAULT_SEQ_LENGTH, "convert_rgb": bool(convert)}
+                return {"tokens_per_image": int(source["image_seq_length"])}
+        return {"tokens_per_image": _DEFAULT_SEQ_LENGTH}
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
         def named(attribute: str, default: str) -> str:
@@ -77,15 +73,7 @@ class Gemma3Family:
         return text.replace(special.image_pad, f"\n\n{special.image_pad}{special.vision_end}\n\n")
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
-        """Any size (the processor resizes to its square); a non-RGB mode only when it converts to RGB."""
-        mode = getattr(media, "mode", "RGB")
-        if not rules.convert_rgb and mode != "RGB":
-            raise DropError(
-                Reason.UNSUPPORTED_MEDIA,
-                f"{part}: a {mode} image, and this Gemma3 image processor does not convert to RGB "
-                "(do_convert_rgb is null, as published), so it fails on it; set "
-                "model.processor_kwargs.do_convert_rgb: true (and the same in training) to keep such images",
-            )
+        return None  # any image size: the processor resizes to its fixed square
 
     def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
         soft = special.image_soft * rules.tokens_per_image
