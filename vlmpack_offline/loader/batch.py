@@ -81,6 +81,7 @@ class PackBatch:
     loss_weights: torch.Tensor | None = None  # float [1, S]: 1/n_label_tokens of its segment, else 0
     n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
+    token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
 
     @property
     def seq_len(self) -> int:
@@ -123,6 +124,8 @@ class PackBatch:
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
+        if self.token_type_ids is not None:
+            kwargs["token_type_ids"] = self.token_type_ids
         if with_labels:
             kwargs["labels"] = self.labels
         if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
@@ -155,4 +158,5 @@ class PackBatch:
             loss_weights=move(self.loss_weights),
             n_dummy_segments=self.n_dummy_segments,
             position=self.position,
+            token_type_ids=move(self.token_type_ids),
         )

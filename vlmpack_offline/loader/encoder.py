@@ -7,9 +7,11 @@ Each sub-sample is built alone, exactly as if it were the only sample:
 2. ``tokens.materialize`` renders the chat and expands image/video pads the way
    the real processor does -> ``input_ids`` + assistant mask;
 3. its length is checked against the planned ``token_len`` (``LengthMismatchError``);
-4. pixels: ``MediaProcessor`` (PIL image processor; decord frames at the
-   sampler's indices); mRoPE positions from the model's own ``get_rope_index``;
-   labels with the first one set to -100 (see ``labels.py``).
+4. pixels: ``MediaProcessor`` for the Qwen-VL grids (PIL image processor; decord frames at
+   the sampler's indices), ``ProcessorImages`` (the family's own processor) for the others
+   (``media_processor.media_processor_for``); positions from the model's own
+   ``get_rope_index`` (mRoPE), else 1-D; ``token_type_ids`` where the model takes them
+   (Gemma3); labels with the first one set to -100 (see ``labels.py``).
 
 Then segments are concatenated and ``cu_seqlens`` records where each starts.
 
@@ -40,6 +42,7 @@ from PIL import Image
 from ..config import Config
 from ..conversation import Conversation, MediaRef
 from ..errors import LengthMismatchError
+from ..families import family_for
 from ..media import decode_frames, probe_video, sample_video
 from ..packed_format import PackedSample, PackedSubSample
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
@@ -47,7 +50,7 @@ from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
 from ..tokens.rules import resolve_video
 from .batch import PackBatch
 from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
-from .media_processor import MediaProcessor
+from .media_processor import MediaProcessor, media_processor_for
 from .rope import RopeIndex
 from .vision_inputs import concat_vision_inputs
 
@@ -71,6 +74,7 @@ class _Segment:
     media: tuple[dict, ...]  # processor output per media item, in order
     n_images: int
     n_videos: int
+    token_type_ids: torch.Tensor | None = None  # long [L] for models that take it (Gemma3: 1 on image tokens)
 
 
 def _conversation(sub: PackedSubSample) -> Conversation:
@@ -103,7 +107,9 @@ class PackEncoder:
             self.media = None  # no image processor to load (a tokenizer folder such as Kimi-K2.5's has none)
             self.rope = RopeIndex(SimpleNamespace(model_type=self.rules.model_type))  # 1-D positions
         else:
-            self.media = MediaProcessor.from_processor_dir(path, **kwargs)
+            self.media = media_processor_for(
+                family_for(self.rules.model_type), path, image_pad=self.counter.expander.special.image_pad, **kwargs
+            )
             self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
         tokenizer = self.counter.tokenizer
         self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
@@ -176,9 +182,14 @@ class PackEncoder:
             media=tuple(tensors),
             n_images=sum(isinstance(i, ImageMedia) for i in infos),
             n_videos=sum(isinstance(i, VideoMedia) for i in infos),
+            token_type_ids=self.media.token_type_ids(ids) if self.media is not None else None,
         )
 
     def _dummy_segment(self) -> _Segment:
+        if not isinstance(self.media, MediaProcessor):
+            raise ValueError(
+                f"dummy_image_for_text_packs is built for Qwen-VL grids; {self.rules.model_type} has no such dummy yet"
+            )
         side = self.rules.factor
         buffer = io.BytesIO()
         Image.new("RGB", (side, side)).save(buffer, format="PNG")
@@ -225,5 +236,9 @@ class PackEncoder:
             n_videos_per_sample=torch.tensor([s.n_videos for s in segments], dtype=torch.long),
             loss_weights=weights,
             n_dummy_segments=n_dummy,
+            token_type_ids=(
+                torch.cat([s.token_type_ids for s in segments])[None]
+                if segments and all(s.token_type_ids is not None for s in segments) else None
+            ),
         )
 

@@ -32,7 +32,7 @@ import torch
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-__all__ = ["MediaProcessor", "regroup_frames"]
+__all__ = ["MediaProcessor", "ProcessorImages", "media_processor_for", "regroup_frames"]
 
 
 def regroup_frames(frame_patches: list[torch.Tensor], *, channels: int, temporal_patch_size: int, patch_size: int) -> torch.Tensor:
@@ -70,6 +70,10 @@ class MediaProcessor:
             out = self.image_processor(images=[img], return_tensors="pt", **overrides)
         return dict(out)
 
+    def token_type_ids(self, input_ids: torch.Tensor) -> None:
+        """Qwen-VL models take no ``token_type_ids``."""
+        return None
+
     def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:
         """``pixel_values_videos`` + ``video_grid_thw`` of frames ``[T, H, W, 3]`` already at the sampler's size."""
         t, h, w, _ = frames.shape
@@ -86,3 +90,57 @@ class MediaProcessor:
         grid_t = -(-t // self.temporal_patch_size)
         grid_thw = torch.tensor([[grid_t, int(grid[1]), int(grid[2])]], dtype=torch.long)
         return {"pixel_values_videos": patches, "video_grid_thw": grid_thw}
+
+
+class ProcessorImages:
+    """Image tensors made by the family's own HF processor, for families whose images do not need a grid.
+
+    ``AutoProcessor`` of the folder (transformers picks the PIL image processor when
+    torchvision is missing). Each image goes through the processor's own call, with a text
+    of the one pad token the chat template renders, so the processor's own image defaults
+    apply (Gemma3's ``do_convert_rgb``: null in the folder, True in the processor); the
+    output keeps the vision fields it hands to the model (``model_input_names`` minus the
+    text ones: Gemma3's ``pixel_values``, not its ``num_crops``). Text-aligned fields
+    (``token_type_ids``: 1 on the image tokens) are rebuilt per sub-sample by ``token_type_ids``.
+    """
+
+    _TEXT_FIELDS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"})
+
+    def __init__(self, processor, image_pad: str) -> None:
+        self.processor = processor
+        self.image_pad = image_pad
+        self.fields = frozenset(processor.model_input_names)
+        self._image_ids = tuple(getattr(processor, "image_token_ids", ()) or ())
+
+    @classmethod
+    def from_processor_dir(cls, path: str | Path, image_pad: str, **processor_kwargs) -> ProcessorImages:
+        from transformers import AutoProcessor
+
+        return cls(AutoProcessor.from_pretrained(str(path), **processor_kwargs), image_pad)
+
+    def image(self, data: bytes, **overrides) -> dict[str, torch.Tensor]:
+        """The model's image fields for one image (as opened: no EXIF transpose, like the scan)."""
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            out = self.processor(text=[self.image_pad], images=[img], return_tensors="pt", **overrides)
+        return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
+
+    def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:
+        raise ValueError(
+            f"{type(self.processor).__name__} takes no video (the scan drops video samples as unsupported_media)"
+        )
+
+    def token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """``[L]`` 1 on the image tokens, else 0, when the model takes ``token_type_ids`` (Gemma3); else None."""
+        if "token_type_ids" not in self.fields:
+            return None
+        return torch.isin(input_ids, torch.tensor(self._image_ids, dtype=input_ids.dtype)).long()
+
+
+def media_processor_for(
+    family, path: str | Path, *, image_pad: str, **processor_kwargs
+) -> MediaProcessor | ProcessorImages:
+    """Qwen-VL grids (mRoPE families) by ``MediaProcessor``; any other family's images by its own processor."""
+    if family is not None and family.positions == "mrope":
+        return MediaProcessor.from_processor_dir(path, **processor_kwargs)
+    return ProcessorImages.from_processor_dir(path, image_pad, **processor_kwargs)
