@@ -82,6 +82,7 @@ class PackBatch:
     n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
     token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
+    linear_attention: bool = False  # the model has linear-attention layers: cu_seq_lens always passed (model_kwargs)
 
     @property
     def seq_len(self) -> int:
@@ -121,6 +122,9 @@ class PackBatch:
           packs without media; with media they are left out, because HF Qwen-VL forwards these kwargs
           into the vision tower too, whose attention sets its own ``cu_seq_lens_q`` (a duplicate keyword).
           HF's flash path then derives the same ``cu_seqlens`` from the text row of ``position_ids``.
+        * a model with linear-attention layers (``linear_attention``, Qwen3.5): ``cu_seq_lens_q/k`` always,
+          since nothing else keeps their recurrent state inside a sub-sample; HF then keeps packed
+          sequences apart (with flash-linear-attention) or refuses them with its own error, never mixes them.
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
@@ -128,6 +132,11 @@ class PackBatch:
             kwargs["token_type_ids"] = self.token_type_ids
         if with_labels:
             kwargs["labels"] = self.labels
+        if self.linear_attention:  # recurrent layers see boundaries only here; without them HF would leak
+            kwargs.update(  # state across sub-samples, so pass them always (HF refuses if it cannot use them)
+                cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
+                max_length_q=self.max_seqlen, max_length_k=self.max_seqlen,
+            )  # fmt: skip
         if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
             if not len(self.vision):
                 kwargs.update(
@@ -159,4 +168,5 @@ class PackBatch:
             n_dummy_segments=self.n_dummy_segments,
             position=self.position,
             token_type_ids=move(self.token_type_ids),
+            linear_attention=self.linear_attention,
         )

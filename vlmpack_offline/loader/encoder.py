@@ -240,5 +240,6 @@ class PackEncoder:
                 torch.cat([s.token_type_ids for s in segments])[None]
                 if segments and all(s.token_type_ids is not None for s in segments) else None
             ),
+            linear_attention=self.rope.has_linear_attention,
         )
 

@@ -72,6 +72,16 @@ class RopeIndex:
     def is_mrope(self) -> bool:
         return self._host is not None
 
+    @property
+    def has_linear_attention(self) -> bool:
+        """Whether the text model has linear-attention (recurrent) layers (Qwen3.5's Gated DeltaNet).
+
+        Such a layer carries its state from one token to the next and sees sub-sample boundaries only
+        through ``cu_seq_lens_q``: a block mask or restarting positions do not stop it.
+        """
+        text = getattr(self.config, "text_config", None) or self.config
+        return "linear_attention" in (getattr(text, "layer_types", None) or ())
+
     def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """HF's per-token modality ids: 0 text, 1 image placeholder, 2 video placeholder."""
         types = torch.zeros_like(input_ids, dtype=torch.int32)
