@@ -345,43 +345,89 @@ class _ThreadWriters(ThreadPoolExecutor):
         return super().submit(_write_shard, *self._shared, job)
 
 
+class _EagerAssigner:
+    """``ShardAssigner`` that hands a shard over as soon as its last pack is known, not one pack later.
+
+    ``ShardAssigner.add`` closes a full shard when the next pack of its split arrives, so
+    writing a shard would wait for the next describe chunk. Knowing the plan, this closes a
+    shard holding ``maxcount`` packs at once when the plan's next pack is of the same split and
+    no other split has a shard open: exactly when that next ``add`` would close it, with
+    nothing able to close in between, so the shards, their numbers and their packs are the
+    ones ``assign_shards`` gives (tests/test_write_stage_assigner.py).
+    """
+
+    def __init__(self, packs: list[Pack], *, maxcount: int, maxsize: int) -> None:
+        self._packs = packs
+        self._maxcount = maxcount
+        self._inner = ShardAssigner(maxcount=maxcount, maxsize=maxsize)
+        self._open: dict[str, int] = {}  # packs in each split's open shard
+
+    def add(self, position: int, size: int) -> list[ShardJob]:
+        pack = self._packs[position]
+        closed = self._inner.add(pack, position, size)
+        for job in closed:
+            self._open[job.split] -= len(job.packs)
+        self._open[pack.split] = self._open.get(pack.split, 0) + 1
+        following = self._packs[position + 1] if position + 1 < len(self._packs) else None
+        if (
+            self._open[pack.split] >= self._maxcount
+            and following is not None
+            and following.split == pack.split
+            and not any(n for split, n in self._open.items() if split != pack.split)
+        ):
+            closed += self._inner.finish()  # closes only this split's shard: the others are empty
+            self._open[pack.split] = 0
+        return closed
+
+    def finish(self) -> list[ShardJob]:
+        self._open.clear()
+        return self._inner.finish()
+
+
+def _reserve_through(needed: int) -> int:
+    """The marker's count when shards 0 .. needed-1 must be in it: ahead by ``needed`` (at least 8,
+    at most ``_RESERVE``), so a run updates its marker a few times, not once per shard."""
+    return needed + min(max(needed, 8), _RESERVE)
+
+
 def _describe_and_write(
-    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: int
+    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: int, reserved: int
 ) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
     Writing runs on threads (or Ray tasks, ``_shard_writers``): it is mostly ``pread``/``write`` system calls that release
     the GIL, so it overlaps the describing. A shard's name goes into the marker's
-    ``shards`` count (``recorded``) before its file is created; a shard counts as already
-    written only when it is recorded there. Returns (all shards, shards written).
+    ``shards`` count (``reserved`` ahead, ``_reserve_through``) before its file is created; a
+    shard counts as already written only when the marker of an earlier run recorded it
+    (``recorded``) and its files have their exact sizes. Returns (all shards, shards written).
     """
     out_dir = config.packed_wds_dir
     chunks = [
         (config, fp, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
         for i in range(0, len(packs), _SIZE_CHUNK)
     ]
-    assigner = ShardAssigner(maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
+    assigner = _EagerAssigner(packs, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
     jobs: list[ShardJob] = []
-    started = [recorded]  # shards 0 .. started-1 are in the marker
+    started = [reserved]  # shards 0 .. started-1 are in the marker
     with _shard_writers(config, (config, fp, shard_paths)) as writers:
         futures = []
 
         def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
             for job in ready:
                 jobs.append(job)
-                done = job.index < started[0] and shard_is_done(
+                done = job.index < recorded and shard_is_done(  # kept only if an earlier run recorded it
                     out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)
                 )
                 if not done:
-                    if job.index >= started[0]:  # reserve ahead: 8, 16, ... up to _RESERVE more names
-                        started[0] = job.index + 1 + min(max(job.index + 1, 8), _RESERVE)
+                    if job.index >= started[0]:
+                        started[0] = _reserve_through(job.index + 1)
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
                     futures.append(writers.submit((job, _chunk_ids(packs, job))))
 
         position = 0
         for sizes in _described_sizes(config, chunks):
             for size in sizes:
-                submit(assigner.add(packs[position], position, size))
+                submit(assigner.add(position, size))
                 position += 1
         submit(assigner.finish())
         written = [future.result() for future in futures]
@@ -462,9 +508,10 @@ def run(config: Config) -> StageResult:
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
-    _write_marker(out_dir, fp, complete=False, shards=recorded)
+    reserved = _reserve_through(recorded)  # names for the first shards, recorded before any describing
+    _write_marker(out_dir, fp, complete=False, shards=reserved)
 
-    jobs, n_written = _describe_and_write(config, fp, shard_paths, packs, recorded)
+    jobs, n_written = _describe_and_write(config, fp, shard_paths, packs, recorded, reserved)
     fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
     clear_scratch(out_dir)
 
