@@ -83,6 +83,7 @@ class PackBatch:
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
     token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
     linear_attention: bool = False  # the model has linear-attention layers: cu_seq_lens always passed (model_kwargs)
+    sliding_window: bool = False  # the model has sliding-window layers: no 4D mask, HF builds it (model_kwargs)
 
     @property
     def seq_len(self) -> int:
@@ -125,6 +126,9 @@ class PackBatch:
         * a model with linear-attention layers (``linear_attention``, Qwen3.5): ``cu_seq_lens_q/k`` always,
           since nothing else keeps their recurrent state inside a sub-sample; HF then keeps packed
           sequences apart (with flash-linear-attention) or refuses them with its own error, never mixes them.
+        * a model with sliding-window layers (``sliding_window``, Gemma3): no ``attention_mask``, since a
+          4D mask replaces HF's own and would widen those layers to the whole sub-sample; HF builds the
+          block-diagonal mask (windowed where it must be) from the restarting ``position_ids``.
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
@@ -145,7 +149,7 @@ class PackBatch:
                     max_length_q=self.max_seqlen,
                     max_length_k=self.max_seqlen,
                 )
-        else:
+        elif not self.sliding_window:
             kwargs["attention_mask"] = block_causal_mask(self.cu_seqlens)
         return kwargs
 
@@ -169,4 +173,5 @@ class PackBatch:
             position=self.position,
             token_type_ids=move(self.token_type_ids),
             linear_attention=self.linear_attention,
+            sliding_window=self.sliding_window,
         )

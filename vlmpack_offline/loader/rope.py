@@ -82,6 +82,12 @@ class RopeIndex:
         text = getattr(self.config, "text_config", None) or self.config
         return "linear_attention" in (getattr(text, "layer_types", None) or ())
 
+    @property
+    def has_sliding_window(self) -> bool:
+        """Whether some text layers attend within a sliding window (Gemma3): a full 4D mask would widen them."""
+        text = getattr(self.config, "text_config", None) or self.config
+        return "sliding_attention" in (getattr(text, "layer_types", None) or ())
+
     def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """HF's per-token modality ids: 0 text, 1 image placeholder, 2 video placeholder."""
         types = torch.zeros_like(input_ids, dtype=torch.int32)
