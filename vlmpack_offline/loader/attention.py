@@ -23,7 +23,7 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-__all__ = ["varlen_attention", "varlen_backend", "segment_ids", "block_causal_mask"]
+__all__ = ["varlen_attention", "varlen_backend", "segment_ids", "block_causal_mask", "layer_type_masks"]
 
 
 def _flash_attn_func():
@@ -68,6 +68,32 @@ def block_causal_mask(cu_seqlens: torch.Tensor, *, causal: bool = True) -> torch
         n = seg.shape[0]
         mask &= torch.ones(n, n, dtype=torch.bool, device=seg.device).tril()
     return mask[None, None]
+
+
+def layer_type_masks(
+    cu_seqlens: torch.Tensor, *, sliding_window: int, token_type_ids: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """``{"full_attention": M, "sliding_attention": M}`` 4D bool masks of a pack, for models that take one per layer type.
+
+    Within each sub-sample, as HF builds them for the sub-sample alone (Gemma3's
+    ``create_masks_for_vision_model``): full = causal OR same image block; sliding = that AND
+    ``j > i - sliding_window``. An image block is a run of tokens with ``token_type_ids == 1``;
+    its tokens see each other both ways. Across sub-samples nothing is visible. (HF's own
+    packed-sequence path gets the sliding layers wrong when image blocks are present: it reads
+    the block ids at the remapped positions.)
+    """
+    same = block_causal_mask(cu_seqlens, causal=False)[0, 0]
+    n = same.shape[0]
+    index = torch.arange(n, device=cu_seqlens.device)
+    visible = index[None, :] <= index[:, None]  # causal
+    if token_type_ids is not None:
+        image = token_type_ids.reshape(-1) == 1
+        starts = image & ~torch.nn.functional.pad(image, (1, 0))[:-1]
+        block = torch.where(image, torch.cumsum(starts.long(), 0) - 1, -1)
+        visible = visible | ((block[:, None] == block[None, :]) & (block[:, None] >= 0))
+    full = visible & same
+    window = index[None, :] > index[:, None] - sliding_window
+    return {"full_attention": full[None, None], "sliding_attention": (full & window)[None, None]}
 
 
 def varlen_attention(

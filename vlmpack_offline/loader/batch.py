@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .attention import block_causal_mask
+from .attention import block_causal_mask, layer_type_masks
 from .vision_inputs import VisionInputs
 
 __all__ = ["PackBatch", "PackPosition", "ensure_picklable"]
@@ -83,7 +83,7 @@ class PackBatch:
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
     token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
     linear_attention: bool = False  # the model has linear-attention layers: cu_seq_lens always passed (model_kwargs)
-    sliding_window: bool = False  # the model has sliding-window layers: no 4D mask, HF builds it (model_kwargs)
+    sliding_window: int | None = None  # the window of the model's sliding-window layers (Gemma3): masks per layer type
 
     @property
     def seq_len(self) -> int:
@@ -126,9 +126,9 @@ class PackBatch:
         * a model with linear-attention layers (``linear_attention``, Qwen3.5): ``cu_seq_lens_q/k`` always,
           since nothing else keeps their recurrent state inside a sub-sample; HF then keeps packed
           sequences apart (with flash-linear-attention) or refuses them with its own error, never mixes them.
-        * a model with sliding-window layers (``sliding_window``, Gemma3): no ``attention_mask``, since a
-          4D mask replaces HF's own and would widen those layers to the whole sub-sample; HF builds the
-          block-diagonal mask (windowed where it must be) from the restarting ``position_ids``.
+        * a model with sliding-window layers (``sliding_window``, Gemma3), ``sdpa`` / ``eager``: one mask per
+          layer type (``attention.layer_type_masks``: windowed for the sliding layers, image tokens seeing
+          each other both ways where ``token_type_ids`` mark them), as HF builds them for each sub-sample alone.
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
@@ -149,7 +149,11 @@ class PackBatch:
                     max_length_q=self.max_seqlen,
                     max_length_k=self.max_seqlen,
                 )
-        elif not self.sliding_window:
+        elif self.sliding_window:
+            kwargs["attention_mask"] = layer_type_masks(
+                self.cu_seqlens, sliding_window=self.sliding_window, token_type_ids=self.token_type_ids
+            )
+        else:
             kwargs["attention_mask"] = block_causal_mask(self.cu_seqlens)
         return kwargs
 

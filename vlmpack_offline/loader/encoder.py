@@ -241,6 +241,6 @@ class PackEncoder:
                 if segments and all(s.token_type_ids is not None for s in segments) else None
             ),
             linear_attention=self.rope.has_linear_attention,
-            sliding_window=self.rope.has_sliding_window,
+            sliding_window=self.rope.sliding_window,
         )
 

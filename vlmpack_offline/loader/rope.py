@@ -83,10 +83,12 @@ class RopeIndex:
         return "linear_attention" in (getattr(text, "layer_types", None) or ())
 
     @property
-    def has_sliding_window(self) -> bool:
-        """Whether some text layers attend within a sliding window (Gemma3): a full 4D mask would widen them."""
+    def sliding_window(self) -> int | None:
+        """The window of the text model's sliding-window layers (Gemma3), or None when it has none."""
         text = getattr(self.config, "text_config", None) or self.config
-        return "sliding_attention" in (getattr(text, "layer_types", None) or ())
+        if "sliding_attention" not in (getattr(text, "layer_types", None) or ()):
+            return None
+        return int(text.sliding_window)
 
     def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """HF's per-token modality ids: 0 text, 1 image placeholder, 2 video placeholder."""
