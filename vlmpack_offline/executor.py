@@ -117,17 +117,19 @@ def process_map(
     ``initializer`` must be module-level functions (picklable). Raises the first
     error of a task or of a worker's setup; the remaining tasks are cancelled.
     ``own_process``: even one worker runs in a process of its own, for a caller whose
-    threads do other work meanwhile (they would otherwise wait on ``fn`` for the GIL).
+    threads do other work meanwhile (they would otherwise wait on ``fn`` for the GIL); only
+    where processes fork (a spawned one would import everything again first).
     """
-    if workers <= 0 or (workers == 1 and not own_process):
+    context = _context()
+    forks = context.get_start_method() == "fork"
+    if workers <= 0 or (workers == 1 and not (own_process and forks)):
         start_worker(initializer, initargs)
         yield from map(fn, items)
         return
     call = functools.partial(_call, fn)
     window = workers * _IN_FLIGHT_PER_WORKER
     source = iter(items)
-    context = _context()
-    if initializer is not None and context.get_start_method() == "fork":
+    if initializer is not None and forks:
         start_worker(initializer, initargs)  # here, once: the forked workers inherit its state
         initializer, initargs = None, ()
     pool = ProcessPoolExecutor(
