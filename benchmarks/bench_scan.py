@@ -107,7 +107,7 @@ def _config(shards: list[Path], processor_dir: Path, work: Path):
             "data": {
                 "wds_dir": str(shards[0].parent),
                 "work_dir": str(work),
-                "packed_wds_dir": str(work / "out"),
+                "packed_wds_dir": str(work.parent / f"{work.name}-out"),
             },
             "sample": {"max_token_len": 1_000_000},
             "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
