@@ -16,6 +16,13 @@ name them), the public Gemma3 preprocessor settings (SigLIP 896x896, mean/std 0.
 ``processor_config.json`` with ``image_seq_length`` 256, and a template that renders like Gemma3's
 published one (``<start_of_turn>user ... <end_of_turn>``, images as ``<start_of_image>``, no video).
 
+``family="internvl"`` adds InternVL's tokens to the same Qwen BPE (``<img>``, ``</img>``, ``<IMG_CONTEXT>``,
+``<video>``, named in ``tokenizer_config.json``'s ``extra_special_tokens`` as OpenGVLab/InternVL3-1B-hf names them:
+``start_image_token``, ``end_image_token``, ``context_image_token``, ``video_token``), InternVL3-hf's public
+preprocessor settings (448x448 tiles, 1..12 tiles plus a thumbnail, ImageNet mean/std), ``processor_config.json``
+with ``image_seq_length`` 256, and the template transformers' InternVL conversion publishes (images as
+``<IMG_CONTEXT>\n``, videos as ``<video>\n``). No video processor: InternVL's needs torchvision.
+
 ``layout="hub"`` (default) writes the files as the hub holds them (``preprocessor_config.json``,
 and ``video_preprocessor_config.json`` with ``video=True``); ``layout="transformers5"`` writes what
 transformers 5 ``save_pretrained`` writes: the real processor class saved with its real image
@@ -292,6 +299,37 @@ PRESETS["gemma3"] = {
     "template": GEMMA3_TEMPLATE,
 }  # fmt: skip
 
+# As transformers' convert_internvl_weights_to_hf.py publishes it with the InternVL3-*-hf folders.
+INTERNVL_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
+    "{% elif content['type'] == 'video' %}{{ '<video>\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{'<|im_end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# InternVL's special tokens: tokenizer attribute (extra_special_tokens) -> token.
+INTERNVL_TOKENS = {
+    "start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+    "video_token": "<video>",
+}  # fmt: skip
+
+# OpenGVLab/InternVL3-1B-hf preprocessor_config.json (its crop_to_patches: false is what the image processor
+# alone does; InternVLProcessor passes crop_to_patches=True on every call).
+PRESETS["internvl"] = {
+    "preprocessor": {
+        "crop_size": None, "crop_to_patches": False, "do_convert_rgb": True, "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "image_mean": [0.485, 0.456, 0.406],
+        "image_processor_type": "GotOcr2ImageProcessorFast", "image_std": [0.229, 0.224, 0.225],
+        "max_patches": 12, "min_patches": 1, "processor_class": "InternVLProcessor", "resample": 3,
+        "rescale_factor": 1 / 255, "size": {"height": 448, "width": 448},
+    },
+    "processor": {"image_seq_length": 256, "processor_class": "InternVLProcessor"},
+    "config": {"model_type": "internvl", "architectures": ["InternVLForConditionalGeneration"]},
+    "template": INTERNVL_TEMPLATE,
+}  # fmt: skip
+
 # Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
 # releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
 VIDEO_PRESETS: dict[str, dict] = {
@@ -338,6 +376,10 @@ def build_processor_dir(
         if template != "published" or video:
             raise ValueError("a gemma3 folder has the published template only, and no video processor")
         return _build_gemma3(Path(target), layout)
+    if family == "internvl":
+        if template != "published" or video:
+            raise ValueError("an internvl folder has the published template only, and no video processor")
+        return _build_internvl(Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -391,6 +433,43 @@ def _build_gemma3(target: Path, layout: str) -> Path:
         image_processor = Gemma3ImageProcessorPil(**settings)
         processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer,
                                     chat_template=GEMMA3_TEMPLATE, image_seq_length=preset["processor"]["image_seq_length"])  # fmt: skip
+        for name in ("preprocessor_config.json", "processor_config.json"):
+            (target / name).unlink()
+        processor.save_pretrained(target)
+    (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
+    return target
+
+
+def _build_internvl(target: Path, layout: str) -> Path:
+    """The InternVL folder (see the module doc): the Qwen BPE plus InternVL's tokens, hub files or save_pretrained's."""
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+
+    if layout not in ("hub", "transformers5"):
+        raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
+    target.mkdir(parents=True, exist_ok=True)
+    source = tokenizer_files_dir()
+    for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copyfile(source / name, target / name)
+    tokenizer = AutoTokenizer.from_pretrained(target, chat_template=INTERNVL_TEMPLATE, model_max_length=1_000_000)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(INTERNVL_TOKENS.values())})
+    tokenizer.save_pretrained(target)
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config["extra_special_tokens"] = dict(INTERNVL_TOKENS)  # as the hub's InternVL3-hf folders name them
+    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    preset = PRESETS["internvl"]
+    (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
+    (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))
+    if layout == "transformers5":
+        settings = {k: v for k, v in preset["preprocessor"].items() if v is not None and not k.endswith(("_type", "_class"))}
+        # the real class under its own name, without the video processor (InternVL's imports torchvision)
+        cls = type("InternVLProcessor", (transformers.InternVLProcessor,), {
+            "get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"]),
+            "check_argument_for_proper_class": lambda self, name, arg: None,
+        })  # fmt: skip
+        processor = cls(image_processor=GotOcr2ImageProcessorPil(**settings), tokenizer=AutoTokenizer.from_pretrained(target),
+                        chat_template=INTERNVL_TEMPLATE, image_seq_length=preset["processor"]["image_seq_length"])  # fmt: skip
         for name in ("preprocessor_config.json", "processor_config.json"):
             (target / name).unlink()
         processor.save_pretrained(target)

@@ -18,6 +18,8 @@ def counting_path(rules: ModelRules) -> str:
     if family is None:
         return f"{rules.model_type}: slow path (HF processor)"
     how = "sizes from headers" if family.name == "qwen-vl" else f"{rules.tokens_per_image} tokens per image"
+    if hasattr(family, "describe"):  # a family whose count needs more words (InternVL's tiles)
+        how = family.describe(rules)
     return f"{rules.model_type}: fast path ({how})"
 
 

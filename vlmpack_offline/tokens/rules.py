@@ -77,7 +77,10 @@ class ModelRules:
     temporal_patch_size: int = 2  # frames per temporal patch (an image counts as one)
     min_pixels: int = 56 * 56  # smart_resize lower bound for images
     max_pixels: int = 28 * 28 * 1280  # smart_resize upper bound for images
-    tokens_per_image: int = 0  # fixed-token families (Gemma3: the processor's image_seq_length)
+    tokens_per_image: int = 0  # fixed-token families (Gemma3: the processor's image_seq_length; InternVL: per tile)
+    tile_size: tuple[int, int] = (0, 0)  # InternVL: (height, width) of one tile, the image processor's size
+    min_tiles: int = 1  # InternVL: the image processor's min_patches
+    max_tiles: int = 0  # InternVL: its max_patches (<= 1: one resized tile, no thumbnail)
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property

@@ -1,0 +1,139 @@
+"""InternVL (``internvl``): an image is cut into tiles from its size alone; each tile is a fixed run of tokens.
+
+Mirrors transformers' ``InternVLProcessor`` (``processing_internvl.py``) with the
+``GotOcr2ImageProcessor`` (``image_processing_pil_got_ocr2.py``). The chat template renders one
+``<IMG_CONTEXT>`` per image (the pad; the ``context_image_token`` of the tokenizer folder), which the
+processor replaces by::
+
+    <img> <IMG_CONTEXT> * (image_seq_length * tiles) </img>
+
+``tiles`` is what ``crop_image_to_patches`` makes of the image: the grid (columns, rows) that
+``get_optimal_tiled_canvas`` (imported from transformers, not rewritten) picks for the image's
+height and width among the grids of ``min_patches`` .. ``max_patches`` tiles of ``size``, plus one
+thumbnail when the grid has more than one tile::
+
+    300 x 1000 (h x w), 448 px tiles, 1..12   grid 3 x 1 -> 3 tiles + thumbnail = 4 -> 1024 <IMG_CONTEXT>
+    448 x 448                                  grid 1 x 1 -> 1 tile, no thumbnail -> 256
+
+``max_patches <= 1`` gives one resized tile. ``InternVLProcessor`` passes ``crop_to_patches=True``
+on every call (its class-level ``images_kwargs``), so the folder's ``crop_to_patches`` (``false`` in
+the InternVL3-hf folders) does not change what the processor makes, and it is not read here either.
+
+All three tokens are special, so the tokenizer splits the text at them: the compact text is the
+rendered text itself (one pad per image) and an image adds ``image_seq_length * tiles + 2`` tokens
+where its pad stands. Settings, first found wins: ``image_seq_length`` from
+``model.processor_kwargs``, ``processor_config.json``'s top level, the image settings, else 256;
+``size`` / ``min_patches`` / ``max_patches`` from ``model.processor_kwargs``, the image settings, else
+the image processor's defaults (384 x 384, 1, 12).
+
+Video: ``InternVLVideoProcessor`` imports torchvision (and builds a ``Frame{i}: <img>...</img>`` block
+per sampled frame); the counts are not checked against it here, so a video item is dropped as
+``unsupported_media``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..reasons import DropError, Reason
+from .base import Size, SpecialTokens
+
+if TYPE_CHECKING:
+    from ..tokens.media_info import MediaInfo
+    from ..tokens.rules import ModelRules
+
+__all__ = ["INTERNVL", "InternVLFamily", "tiles_for"]
+
+_DEFAULT_SEQ_LENGTH = 256  # InternVLProcessor(image_seq_length=256)
+_DEFAULT_TILE = (384, 384)  # GotOcr2ImageProcessor.size (InternVL folders set 448 x 448)
+_DEFAULT_MIN_TILES, _DEFAULT_MAX_TILES = 1, 12  # GotOcr2ImageProcessor.min_patches / max_patches
+
+
+def tiles_for(height: int, width: int, *, tile: tuple[int, int], min_tiles: int, max_tiles: int) -> int:
+    """Tiles ``crop_image_to_patches`` makes of a ``height`` x ``width`` image (thumbnail included)."""
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import get_optimal_tiled_canvas
+
+    if max_tiles <= 1:  # the image processor resizes to one tile instead of cropping
+        return 1
+    columns, rows = get_optimal_tiled_canvas((height, width), tile, min_tiles, max_tiles)
+    grid = columns * rows
+    return grid + 1 if grid != 1 else 1  # the thumbnail joins any grid of more than one tile
+
+
+def _first(sources: tuple[dict, ...], name: str):
+    return next((source[name] for source in sources if source.get(name) is not None), None)
+
+
+class InternVLFamily:
+    name = "internvl"
+    model_types = frozenset({"internvl"})
+    takes_video = False
+    positions = "1d"
+
+    def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
+        seq = _first((kwargs, processor, image), "image_seq_length")
+        size = _first((kwargs, image), "size")
+        if size is None:
+            tile = _DEFAULT_TILE
+        elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
+            tile = (size["height"], size["width"])
+        else:
+            raise ConfigError(
+                f"{path}: the InternVL image processor's size is {size!r}; vlmpack counts tiles of "
+                '{"height": H, "width": W} (e.g. {"height": 448, "width": 448}). Fix size in the folder or '
+                "model.processor_kwargs"
+            )
+        low, high = _first((kwargs, image), "min_patches"), _first((kwargs, image), "max_patches")
+        return {
+            "tokens_per_image": int(seq) if seq is not None else _DEFAULT_SEQ_LENGTH,
+            "tile_size": tile,
+            "min_tiles": int(low) if low is not None else _DEFAULT_MIN_TILES,
+            "max_tiles": int(high) if high is not None else _DEFAULT_MAX_TILES,
+        }
+
+    def special_tokens(self, tokenizer) -> SpecialTokens:
+        def named(attribute: str, default: str) -> str:
+            value = getattr(tokenizer, attribute, None)  # the folder's extra_special_tokens, as the processor reads them
+            return value if isinstance(value, str) and value else default
+
+        context = named("context_image_token", "<IMG_CONTEXT>")
+        return SpecialTokens(
+            image_pad=context,  # what the template renders and the processor expands
+            video_pad=named("video_token", "<video>"),
+            vision_start=named("start_image_token", "<img>"),
+            vision_end=named("end_image_token", "</img>"),
+            image_soft=context,
+        )
+
+    def compact_text(self, text: str, special: SpecialTokens) -> str:
+        return text  # <img> and </img> are special: they only add tokens where the pad stands
+
+    def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
+        if media.kind == "video":  # probe_media drops videos first; kept for callers that skip it
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: internvl videos are not counted by vlmpack")
+        return None  # any image size: the processor resizes into its tiles
+
+    def tiles(self, rules: ModelRules, media: MediaInfo) -> int:
+        """Tiles (thumbnail included) the image processor makes of this image."""
+        return tiles_for(media.height, media.width, tile=rules.tile_size, min_tiles=rules.min_tiles,
+                         max_tiles=rules.max_tiles)  # fmt: skip
+
+    def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        context = special.image_soft * (rules.tokens_per_image * self.tiles(rules, media))
+        return f"{special.vision_start}{context}{special.vision_end}"
+
+    def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        media_tokens = rules.tokens_per_image * self.tiles(rules, media)
+        return Size(tokens=media_tokens + 2, media_tokens=media_tokens)  # + <img> and </img>
+
+    def describe(self, rules: ModelRules) -> str:
+        """How ``vlmpack scan`` names the count."""
+        height, width = rules.tile_size
+        return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
+                f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
+
+
+INTERNVL = InternVLFamily()
