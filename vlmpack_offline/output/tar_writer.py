@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,9 @@ _ZERO_VIEW = memoryview(bytes(_BLOCK))
 # measured with benchmarks/bench_write.py on ext4, kernel copies of ~1 MB parts beat reading them
 # (0.91-0.93 vs 0.75 of a plain copy), while for ~100 KB parts one call per part costs more than
 # it saves (0.61 vs 0.68); from 1 MiB up both cases gain or break even
-KERNEL_COPY_MIN = 1 << 20
-_NO_KERNEL_COPY = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF}
+# (Linux only: elsewhere sendfile wants a socket and copy_file_range does not exist)
+KERNEL_COPY_MIN = 1 << 20 if sys.platform.startswith("linux") else None
+_NO_KERNEL_COPY = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK, errno.EBADF}
 _WRITEBACK = 8 << 20  # start the disk writing every 8 MiB written, not only at the final fsync
 _KICK = getattr(os, "POSIX_FADV_DONTNEED", None)  # Linux: fadvise starts writeback of a dirty range
 
