@@ -96,7 +96,9 @@ class ProcessorImages:
     """Image tensors made by the family's own HF processor, for families whose images do not need a grid.
 
     ``AutoProcessor`` of the folder (transformers picks the PIL image processor when
-    torchvision is missing). Each image goes through the processor's own call, with a text
+    torchvision is missing); where ``AutoProcessor`` needs torchvision for the family's video
+    processor (InternVL), the folder's own processor class without its video processor
+    (``_images_only_processor``). Each image goes through the processor's own call, with a text
     of the one pad token the chat template renders, so the processor's own image defaults
     apply (Gemma3's ``do_convert_rgb``: null in the folder, True in the processor); the
     output keeps the vision fields it hands to the model (``model_input_names`` minus the
@@ -115,8 +117,15 @@ class ProcessorImages:
     @classmethod
     def from_processor_dir(cls, path: str | Path, image_pad: str, **processor_kwargs) -> ProcessorImages:
         from transformers import AutoProcessor
+        from transformers.utils import is_torchvision_available
 
-        return cls(AutoProcessor.from_pretrained(str(path), **processor_kwargs), image_pad)
+        try:
+            processor = AutoProcessor.from_pretrained(str(path), **processor_kwargs)
+        except (ValueError, OSError):  # without torchvision a family's video processor cannot load (InternVL)
+            processor = None if is_torchvision_available() else _images_only_processor(Path(path), **processor_kwargs)
+            if processor is None:
+                raise
+        return cls(processor, image_pad)
 
     def image(self, data: bytes, **overrides) -> dict[str, torch.Tensor]:
         """The model's image fields for one image (as opened: no EXIF transpose, like the scan)."""
@@ -135,6 +144,25 @@ class ProcessorImages:
         if "token_type_ids" not in self.fields:
             return None
         return torch.isin(input_ids, torch.tensor(self._image_ids, dtype=input_ids.dtype)).long()
+
+
+def _images_only_processor(path: Path, **processor_kwargs):
+    """The folder's processor class (by its ``config.json`` model_type) loaded by its own ``from_pretrained``
+    with every part but the video processor: images and text go through transformers' own code. None when
+    the folder names no processor class transformers has."""
+    import json
+
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    config = path / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    base = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+    if base is None:
+        return None
+    parts = [name for name in base.get_attributes() if name != "video_processor"]
+    images_only = type(base.__name__, (base,), {"get_attributes": classmethod(lambda cls: list(parts))})
+    return images_only.from_pretrained(str(path), **processor_kwargs)
 
 
 def media_processor_for(

@@ -1,0 +1,109 @@
+"""The loader on an InternVL packed dataset: every sub-sample as the real ``InternVLProcessor`` makes it alone.
+
+The pipeline runs for real (scan -> bucket -> plan -> write) on a generated dataset with an
+InternVL processor folder built offline (both layouts); the loader (``PackEncoder.from_packed_dir``)
+then turns every pack into a ``PackBatch``. The oracle is transformers' ``InternVLProcessor`` loaded
+by its own ``from_pretrained`` from the folder without its video processor (which needs torchvision;
+see ``tests/test_family_internvl.py``), run on each sub-sample alone with its decoded images:
+``input_ids`` and ``pixel_values`` (every tile and thumbnail, in order) must be equal (the same PIL
+image processor runs on both sides, so exactly equal), every segment must have its planned length,
+and the labelled tokens must decode to the assistant answers, each with its ``<|im_end|>``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from transformers import InternVLProcessor
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.loader import PackEncoder
+from vlmpack_offline.packed_format import PackedSample
+from vlmpack_offline.stages import bucket, plan, scan, write
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import generate_dataset
+from vlmpack_offline.tario import split_key
+
+pytestmark = pytest.mark.slow
+
+
+class _ImagesOnly(InternVLProcessor):
+    """transformers' InternVLProcessor without its video processor (torchvision)."""
+
+    @classmethod
+    def get_attributes(cls) -> list[str]:
+        return ["image_processor", "tokenizer"]
+
+
+def _packs(packed_dir: Path):
+    """(PackedSample, media bytes by part) of every pack, read from the tars with tarfile alone."""
+    for tar_path in sorted(packed_dir.glob("pretrain-*.tar")):
+        groups: dict[str, dict[str, bytes]] = {}
+        with tarfile.open(tar_path) as tar:
+            for member in tar:
+                key, part = split_key(member.name)
+                groups.setdefault(key, {})[part] = tar.extractfile(member).read()
+        for parts in groups.values():
+            yield PackedSample.from_json(json.loads(parts.pop("json"))), parts
+
+
+@pytest.fixture(scope="module", params=["hub", "transformers5"])
+def packed(request, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp(f"internvl_loader_{request.param}")
+    processor = build_processor_dir(root / "processor", "internvl", layout=request.param)
+    generate_dataset(root / "src", seed=7, n_shards=2, samples_per_shard=10, include_faults=False)
+    config = config_from_dict({
+        "data": {"wds_dir": str(root / "src"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
+        "sample": {"max_token_len": 16384},
+        "scan": {"max_drop_ratio": 1.0},  # InternVL videos are not counted: those samples drop as unsupported_media
+    }, source="test")  # fmt: skip
+    for stage in (scan, bucket, plan, write):
+        stage.run(config)
+    return root / "packed", processor
+
+
+def test_every_internvl_pack_equals_the_real_processor_on_each_sub_sample(packed):
+    packed_dir, processor_dir = packed
+    encoder = PackEncoder.from_packed_dir(packed_dir, processor_dir)
+    oracle = _ImagesOnly.from_pretrained(str(processor_dir))
+    n_images = n_tiles = n_multi_tile = 0
+    for pack, media in _packs(packed_dir):
+        batch = encoder.encode(pack, media)
+        bounds = batch.cu_seqlens.tolist()
+        pixels = []
+        for index, sub in enumerate(pack.samples):
+            parts = [item["image"] for m in sub.messages for item in m["content"]
+                     if isinstance(item, dict) and item.get("type") == "image"]  # fmt: skip
+            images = [Image.open(io.BytesIO(media[p])) for p in parts]
+            text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
+            expected = oracle(text=[text], images=images or None, return_tensors="pt")
+            start, end = bounds[index], bounds[index + 1]
+            assert end - start == sub.token_len  # the plan's length
+            assert torch.equal(batch.input_ids[0, start:end], expected["input_ids"][0])
+            if images:
+                pixels.append(expected["pixel_values"])
+                n_images += len(images)
+                n_tiles += len(expected["pixel_values"])
+                n_multi_tile += len(expected["pixel_values"]) > len(images)
+            labels = batch.labels[0, start:end]
+            learned = oracle.tokenizer.decode(batch.input_ids[0, start:end][labels != -100])
+            answers = [m["content"] if isinstance(m["content"], str) else "".join(i["text"] for i in m["content"])
+                       for m in sub.messages if m["role"] == "assistant"]  # fmt: skip
+            assert learned == "".join(answer + "<|im_end|>" for answer in answers)
+        if pixels:
+            assert set(batch.vision) == {"pixel_values"}
+            assert torch.equal(batch.vision["pixel_values"], torch.cat(pixels))
+            assert batch.vision["pixel_values"].shape[1:] == (3, 448, 448)
+        else:
+            assert len(batch.vision) == 0
+        assert batch.token_type_ids is None  # InternVL takes no token_type_ids
+        assert batch.position_ids.shape == (1, batch.seq_len)  # 1-D positions, restarting per segment
+        assert torch.equal(batch.position_ids, batch.text_position_ids())
+    assert n_images >= 5 and n_tiles > n_images and n_multi_tile >= 3, (n_images, n_tiles, n_multi_tile)
