@@ -1,0 +1,110 @@
+"""A packed InternVL forward equals each sub-sample run alone, for text and image packs.
+
+Tiny random ``InternVLForConditionalGeneration`` (Qwen2 text model, hidden 64, 2 layers; InternVL
+vision tower at 448 px tiles, patch 14, 0.5 pixel shuffle: 256 tokens per tile), CPU, fp32, sdpa.
+The pack is built by the real loader from an InternVL processor folder (images cut into tiles plus
+a thumbnail by the real ``GotOcr2ImageProcessorPil``); the packed forward takes
+``PackBatch.model_kwargs`` (block-causal mask, 1-D positions restarting per sub-sample, every tile of
+the pack in ``pixel_values``). The reference runs each sub-sample alone with its ``input_ids`` and
+its own tiles, and HF builds its causal mask.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer, InternVLConfig, InternVLForConditionalGeneration
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.loader import EncoderOptions, PackEncoder
+from vlmpack_offline.packed_format import PackedSample, PackedSubSample
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import image_bytes
+
+TOL = 1e-4
+TOKENS_PER_TILE = 256  # (448 / 14) ** 2 patches * 0.5 ** 2 after the pixel shuffle
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    folder = build_processor_dir(tmp_path_factory.mktemp("internvl_fwd"), "internvl")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = InternVLConfig(
+        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=8192),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=[448, 448], patch_size=[14, 14]),
+        image_token_id=tokenizer.context_image_token_id, downsample_ratio=0.5,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = InternVLForConditionalGeneration(config).eval()
+    config.save_pretrained(folder)  # a checkpoint folder: the loader reads the model's own config.json
+    loader_config = config_from_dict(
+        {"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}}}, source="test"
+    )
+    return model, PackEncoder(loader_config, EncoderOptions(check_lengths=False))
+
+
+def _pack(turns: list[tuple[list[dict], str]]) -> PackedSample:
+    samples = tuple(
+        PackedSubSample(id=f"s{i}", token_len=0, media_tokens=0, messages=(
+            {"role": "user", "content": user}, {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+        ))  # fmt: skip
+        for i, (user, answer) in enumerate(turns)
+    )
+    return PackedSample(pack_id=0, capacity=16384, split="train", samples=samples)
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+TEXT_PACK = _pack([
+    ([_text("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
+    ([_text("Count from one to ten.")], "One, two, three, four, five, six, seven, eight, nine, ten."),
+    ([_text("Name a colour.")], "Blue is a colour that many people like a lot."),
+])  # fmt: skip
+IMAGE_PACK = _pack([
+    ([_text("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
+    ([{"type": "image", "image": "m0.jpg"}, _text("What is it?")], "A square."),
+    ([{"type": "image", "image": "m1.png"}, _text("and"), {"type": "image", "image": "m2.jpg"}], "Two."),
+])  # fmt: skip
+# 448 x 448: one tile; 300 x 900 (w x h): a 1 x 3 grid + thumbnail; 900 x 450: 2 x 1 + thumbnail
+MEDIA = {"m0.jpg": image_bytes(448, 448, seed=1), "m1.png": image_bytes(300, 900, fmt="PNG", seed=2),
+         "m2.jpg": image_bytes(900, 450, seed=3)}  # fmt: skip
+
+
+def _alone(model, batch, context_id: int) -> torch.Tensor:
+    """Each sub-sample run alone: its ids and its own tiles; HF builds its own mask."""
+    bounds, out, tile = batch.cu_seqlens.tolist(), [], 0
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        ids = batch.input_ids[:, start:end]
+        kwargs = {"input_ids": ids}
+        if n := int((ids == context_id).sum()) // TOKENS_PER_TILE:  # this sub-sample's tiles
+            kwargs["pixel_values"] = batch.vision["pixel_values"][tile : tile + n]
+            tile += n
+        out.append(model(**kwargs, use_cache=False).logits)
+    assert tile == len(batch.vision.get("pixel_values", ()))
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("pack", [TEXT_PACK, IMAGE_PACK], ids=["text", "images"])
+def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
+    model, encoder = setup
+    batch = encoder.encode(pack, MEDIA)
+    if pack is IMAGE_PACK:
+        assert batch.vision["pixel_values"].shape == (1 + 4 + 3, 3, 448, 448)
+    kwargs = batch.model_kwargs("sdpa", with_labels=False)
+    with torch.no_grad():
+        packed = model(**kwargs).logits
+        alone = _alone(model, batch, model.config.image_token_id)
+        unmasked = model(**{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")}).logits
+    assert packed.shape == alone.shape
+    assert (packed - alone).abs().max() < TOL
+    assert (unmasked - alone).abs().max() > 1e-3  # the packing is visible: without its mask the logits differ
+    if pack is IMAGE_PACK:  # and the tiles are: the same pack with its tiles in reverse order differs
+        with torch.no_grad():
+            flipped = model(**{**kwargs, "pixel_values": kwargs["pixel_values"].flip(0)}).logits
+        assert (flipped - alone).abs().max() > 1e-3
