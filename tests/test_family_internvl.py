@@ -148,14 +148,26 @@ def test_scan_counts_equal_the_real_internvl_processor(tmp_path, layout, internv
 
 
 def test_processor_kwargs_change_the_tiles_as_in_the_processor(tmp_path, internvl_dirs, wds):
-    """min/max patches and the tile size from model.processor_kwargs, as ``from_pretrained`` takes them."""
+    """min/max patches, the tile size and image_seq_length from model.processor_kwargs, as ``from_pretrained``
+    takes them."""
     directory = internvl_dirs["hub"]
-    kwargs = {"min_patches": 2, "max_patches": 6, "size": {"height": 224, "width": 224}}
+    kwargs = {"min_patches": 2, "max_patches": 6, "size": {"height": 224, "width": 224}, "image_seq_length": 64}
     processor = _ImagesOnly.from_pretrained(directory, **kwargs)
     assert (processor.image_processor.min_patches, processor.image_processor.max_patches) == (2, 6)
-    path_line = "internvl: fast path (256 tokens per 224x224 tile, 2..6 tiles + thumbnail)"
+    assert processor.image_seq_length == 64
+    path_line = "internvl: fast path (64 tokens per 224x224 tile, 2..6 tiles + thumbnail)"
     seen = _scan_matches_reference(tmp_path, wds, directory, processor, path_line, **kwargs)
-    assert seen["multi"] >= len(SIZES), seen
+    assert seen["multi"] >= len(SIZES) and seen["tiles>1"] >= len(SIZES), seen
+
+
+def test_crop_to_patches_false_in_processor_kwargs_gives_one_tile_as_in_the_processor(tmp_path, internvl_dirs, wds):
+    """The folder's crop_to_patches: false is overridden by the processor's call default (the main test tiles);
+    the same key in model.processor_kwargs reaches the processor call and turns tiling off."""
+    directory = internvl_dirs["transformers5"]
+    processor = _ImagesOnly.from_pretrained(directory, crop_to_patches=False)
+    path_line = "internvl: fast path (256 tokens per image, one 448x448 tile)"
+    seen = _scan_matches_reference(tmp_path, wds, directory, processor, path_line, crop_to_patches=False)
+    assert seen["multi"] >= len(SIZES) and seen["tiles>1"] == 0, seen
 
 
 def test_materialize_gives_the_processor_input_ids(internvl_dirs, wds, make_config):

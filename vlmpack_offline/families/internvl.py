@@ -17,7 +17,10 @@ thumbnail when the grid has more than one tile::
 
 ``max_patches <= 1`` gives one resized tile. ``InternVLProcessor`` passes ``crop_to_patches=True``
 on every call (its class-level ``images_kwargs``), so the folder's ``crop_to_patches`` (``false`` in
-the InternVL3-hf folders) does not change what the processor makes, and it is not read here either.
+the InternVL3-hf folders) does not change what the processor makes, and it is not read here. A
+``crop_to_patches`` in ``model.processor_kwargs`` does: ``from_pretrained`` hands it to the tokenizer
+too, whose init kwargs win over the class default in the processor call, so ``false`` there gives
+one resized tile per image (counted as ``max_patches`` 1).
 
 All three tokens are special, so the tokenizer splits the text at them: the compact text is the
 rendered text itself (one pad per image) and an image adds ``image_seq_length * tiles + 2`` tokens
@@ -87,6 +90,8 @@ class InternVLFamily:
                 "model.processor_kwargs"
             )
         low, high = _first((kwargs, image), "min_patches"), _first((kwargs, image), "max_patches")
+        if "crop_to_patches" in kwargs and not kwargs["crop_to_patches"]:  # one resized tile (see the module doc)
+            low, high = 1, 1
         return {
             "tokens_per_image": int(seq) if seq is not None else _DEFAULT_SEQ_LENGTH,
             "tile_size": tile,
@@ -132,6 +137,8 @@ class InternVLFamily:
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
+        if rules.max_tiles <= 1:
+            return f"{rules.tokens_per_image} tokens per image, one {height}x{width} tile"
         return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
                 f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
 
