@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..reasons import DropError, Reason
 from .base import Size, SpecialTokens
 
 if TYPE_CHECKING:
@@ -74,6 +73,10 @@ class InternVLFamily:
     name = "internvl"
     model_types = frozenset({"internvl"})
     takes_video = False
+    no_video_reason = (
+        "vlmpack does not count InternVL videos yet: transformers' InternVLVideoProcessor needs torchvision, "
+        "so its expansion (one Frame{i}: <img>...</img> block per sampled frame) is not verified"
+    )
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
@@ -117,9 +120,7 @@ class InternVLFamily:
         return text  # <img> and </img> are special: they only add tokens where the pad stands
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
-        if media.kind == "video":  # probe_media drops videos first; kept for callers that skip it
-            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: internvl videos are not counted by vlmpack")
-        return None  # any image size: the processor resizes into its tiles
+        return None  # any image size: the processor resizes into its tiles (videos: probe_media drops them)
 
     def tiles(self, rules: ModelRules, media: MediaInfo) -> int:
         """Tiles (thumbnail included) the image processor makes of this image."""

@@ -51,9 +51,10 @@ def probe_media(
     part = part or kind
     family = family_for(rules.model_type)
     if check_grid and kind == "video" and family is not None and not family.takes_video:
+        why = getattr(family, "no_video_reason", "its processor has no video input")  # a family may say why
         raise DropError(
             Reason.UNSUPPORTED_MEDIA,
-            f"{part}: {rules.model_type} takes no video (its processor has no video input); "
+            f"{part}: {rules.model_type} takes no video ({why}); "
             "drop the video from the sample or train a family that takes video",
         )
     if kind == "image":
