@@ -22,18 +22,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _family_kit import edge_dataset, samples_in
 from click.testing import CliRunner
 from PIL import Image
 from transformers import InternVLProcessor
 
 from vlmpack_offline.cli import cli
-from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
-from vlmpack_offline.tario import iter_samples, read_range
 from vlmpack_offline.tokens import load_model_rules, make_counter
 
 LAYOUTS = ("hub", "transformers5")
@@ -65,29 +63,7 @@ def wds(tmp_path_factory) -> Path:
     """A generated dataset (text, one image, multi-image, tiny and 4000x3000 images, videos) plus
     one image per size of ``SIZES`` with a second image after the text."""
     root = tmp_path_factory.mktemp("internvl_wds")
-    generate_dataset(root, seed=7, n_shards=2, samples_per_shard=12)
-    samples = []
-    for index, (width, height) in enumerate(SIZES):
-        media = {"a.png": image_bytes(width, height, fmt="PNG", seed=index), "b.jpg": image_bytes(640, 480, seed=index)}
-        user = [{"type": "image", "image": "a.png"}, {"type": "text", "text": "Left.\n\n"},
-                {"type": "image", "image": "b.jpg"}, {"type": "text", "text": " and\n\nright"}]  # fmt: skip
-        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": f"Answer {index}."}]
-        samples.append(SyntheticSample(key=f"edge{index:03d}", json={"messages": messages}, media=media))
-    write_shard(root / "edges.tar", samples)
-    return root
-
-
-def _samples(root: Path) -> dict[str, tuple]:
-    """key -> (Conversation, {part: bytes}) for every sample of every shard under ``root``."""
-    out = {}
-    for path in sorted(root.rglob("*.tar")):
-        with open(path, "rb") as handle:
-            for raw in iter_samples(path):
-                parts = {m.part: read_range(handle, m.offset, m.size) for m in raw.members}
-                conversation = parse_conversation(parts.pop("json"), key=raw.key, parts=list(parts))
-                assert raw.key not in out
-                out[raw.key] = (conversation, parts)
-    return out
+    return edge_dataset(root, seed=7, samples_per_shard=12, sizes=SIZES, second_image=(640, 480))
 
 
 def _config(tmp_path: Path, wds: Path, processor_dir: Path, **kwargs) -> Path:
@@ -114,7 +90,7 @@ def _scan_matches_reference(tmp_path: Path, wds: Path, directory: Path, processo
     result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory, **kwargs))])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert path_line in result.output
-    samples = _samples(wds)
+    samples = samples_in(wds)
     with Manifest(manifest_path(tmp_path / "work")) as manifest:
         rows = list(manifest.iter_samples())
     assert len(rows) == len(samples)
@@ -175,7 +151,7 @@ def test_materialize_gives_the_processor_input_ids(internvl_dirs, wds, make_conf
     processor = _ImagesOnly.from_pretrained(directory)
     counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
     checked = 0
-    for key, (conversation, parts) in _samples(wds).items():
+    for key, (conversation, parts) in samples_in(wds).items():
         if any(m.kind == "video" for m in conversation.media):
             continue
         media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of
 from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.loader.attention import block_causal_mask
-from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes
 
@@ -50,30 +50,8 @@ def setup(tmp_path_factory):
     return model, PackEncoder(loader_config, EncoderOptions(check_lengths=False))
 
 
-def _pack(turns: list[tuple[list[dict], str]]) -> PackedSample:
-    samples = tuple(
-        PackedSubSample(id=f"s{i}", token_len=0, media_tokens=0, messages=(
-            {"role": "user", "content": user}, {"role": "assistant", "content": [{"type": "text", "text": answer}]},
-        ))  # fmt: skip
-        for i, (user, answer) in enumerate(turns)
-    )
-    return PackedSample(pack_id=0, capacity=8192, split="train", samples=samples)
-
-
-def _text(text: str) -> dict:
-    return {"type": "text", "text": text}
-
-
-TEXT_PACK = _pack([
-    ([_text("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
-    ([_text("Count from one to ten.")], "One, two, three, four, five, six, seven, eight, nine, ten."),
-    ([_text("Name a colour.")], "Blue is a colour that many people like a lot."),
-])  # fmt: skip
-IMAGE_PACK = _pack([
-    ([_text("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
-    ([{"type": "image", "image": "m0.jpg"}, _text("What is it?")], "A square."),
-    ([{"type": "image", "image": "m1.png"}, _text("and"), {"type": "image", "image": "m2.jpg"}], "Two."),
-])  # fmt: skip
+TEXT_PACK = pack_of(TEXT_TURNS, capacity=8192)
+IMAGE_PACK = pack_of(IMAGE_TURNS, capacity=8192)
 MEDIA = {"m0.jpg": image_bytes(60, 44, seed=1), "m1.png": image_bytes(30, 90, fmt="PNG", seed=2),
          "m2.jpg": image_bytes(70, 70, seed=3)}  # fmt: skip
 

@@ -12,36 +12,21 @@ length, and the labelled tokens must decode to the assistant answers, each with 
 from __future__ import annotations
 
 import io
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
 import torch
+from _family_kit import read_packs
 from PIL import Image
 from transformers import AutoProcessor
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import PackEncoder
-from vlmpack_offline.packed_format import PackedSample
 from vlmpack_offline.stages import bucket, plan, scan, write
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import generate_dataset
-from vlmpack_offline.tario import split_key
 
 pytestmark = pytest.mark.slow
-
-
-def _packs(packed_dir: Path):
-    """(PackedSample, media bytes by part) of every pack, read from the tars with tarfile alone."""
-    for tar_path in sorted(packed_dir.glob("pretrain-*.tar")):
-        groups: dict[str, dict[str, bytes]] = {}
-        with tarfile.open(tar_path) as tar:
-            for member in tar:
-                key, part = split_key(member.name)
-                groups.setdefault(key, {})[part] = tar.extractfile(member).read()
-        for parts in groups.values():
-            yield PackedSample.from_json(json.loads(parts.pop("json"))), parts
 
 
 @pytest.fixture(scope="module", params=["hub", "transformers5"])
@@ -66,7 +51,7 @@ def test_every_gemma3_pack_equals_the_real_processor_on_each_sub_sample(packed):
     oracle = AutoProcessor.from_pretrained(str(processor_dir))
     end_of_turn = "<end_of_turn>"
     n_images = 0
-    for pack, media in _packs(packed_dir):
+    for pack, media in read_packs(packed_dir):
         batch = encoder.encode(pack, media)
         bounds = batch.cu_seqlens.tolist()
         pixels = []

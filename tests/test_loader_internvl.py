@@ -13,22 +13,19 @@ and the labelled tokens must decode to the assistant answers, each with its ``<|
 from __future__ import annotations
 
 import io
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
 import torch
+from _family_kit import read_packs
 from PIL import Image
 from transformers import InternVLProcessor
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import PackEncoder
-from vlmpack_offline.packed_format import PackedSample
 from vlmpack_offline.stages import bucket, plan, scan, write
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import generate_dataset
-from vlmpack_offline.tario import split_key
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +36,6 @@ class _ImagesOnly(InternVLProcessor):
     @classmethod
     def get_attributes(cls) -> list[str]:
         return ["image_processor", "tokenizer"]
-
-
-def _packs(packed_dir: Path):
-    """(PackedSample, media bytes by part) of every pack, read from the tars with tarfile alone."""
-    for tar_path in sorted(packed_dir.glob("pretrain-*.tar")):
-        groups: dict[str, dict[str, bytes]] = {}
-        with tarfile.open(tar_path) as tar:
-            for member in tar:
-                key, part = split_key(member.name)
-                groups.setdefault(key, {})[part] = tar.extractfile(member).read()
-        for parts in groups.values():
-            yield PackedSample.from_json(json.loads(parts.pop("json"))), parts
 
 
 @pytest.fixture(scope="module", params=["hub", "transformers5"])
@@ -74,7 +59,7 @@ def test_every_internvl_pack_equals_the_real_processor_on_each_sub_sample(packed
     encoder = PackEncoder.from_packed_dir(packed_dir, processor_dir)
     oracle = _ImagesOnly.from_pretrained(str(processor_dir))
     n_images = n_tiles = n_multi_tile = 0
-    for pack, media in _packs(packed_dir):
+    for pack, media in read_packs(packed_dir):
         batch = encoder.encode(pack, media)
         bounds = batch.cu_seqlens.tolist()
         pixels = []

@@ -407,10 +407,10 @@ def build_processor_dir(
     return target
 
 
-def _build_gemma3(target: Path, layout: str) -> Path:
-    """The Gemma3 folder (see the module doc): the Qwen BPE plus Gemma3's tokens, hub files or save_pretrained's."""
-    from transformers import AutoTokenizer, Gemma3Processor
-    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+def _tokenizer_folder(target: Path, layout: str, template: str, special: dict, names: dict) -> None:
+    """The Qwen BPE files in ``target`` with a family's ``template`` and ``special`` tokens added, and
+    ``names`` (attribute -> token, as the family's hub folders name them) in tokenizer_config.json."""
+    from transformers import AutoTokenizer
 
     if layout not in ("hub", "transformers5"):
         raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
@@ -418,12 +418,21 @@ def _build_gemma3(target: Path, layout: str) -> Path:
     source = tokenizer_files_dir()
     for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
         shutil.copyfile(source / name, target / name)
-    tokenizer = AutoTokenizer.from_pretrained(target, chat_template=GEMMA3_TEMPLATE, model_max_length=1_000_000)
-    tokenizer.add_special_tokens({"bos_token": "<bos>", "additional_special_tokens": [t for _, t in GEMMA3_TOKENS[1:]]})
+    tokenizer = AutoTokenizer.from_pretrained(target, chat_template=template, model_max_length=1_000_000)
+    tokenizer.add_special_tokens(special)
     tokenizer.save_pretrained(target)
     config = json.loads((target / "tokenizer_config.json").read_text())
-    config.update({name: token for name, token in GEMMA3_TOKENS[3:]})  # as the hub's Gemma3 folders name them
+    config.update(names)
     (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
+def _build_gemma3(target: Path, layout: str) -> Path:
+    """The Gemma3 folder (see the module doc): the Qwen BPE plus Gemma3's tokens, hub files or save_pretrained's."""
+    from transformers import AutoTokenizer, Gemma3Processor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    special = {"bos_token": "<bos>", "additional_special_tokens": [t for _, t in GEMMA3_TOKENS[1:]]}
+    _tokenizer_folder(target, layout, GEMMA3_TEMPLATE, special, dict(GEMMA3_TOKENS[3:]))
     preset = PRESETS["gemma3"]
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))
@@ -446,18 +455,9 @@ def _build_internvl(target: Path, layout: str) -> Path:
     from transformers import AutoTokenizer
     from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
 
-    if layout not in ("hub", "transformers5"):
-        raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
-    target.mkdir(parents=True, exist_ok=True)
-    source = tokenizer_files_dir()
-    for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
-        shutil.copyfile(source / name, target / name)
-    tokenizer = AutoTokenizer.from_pretrained(target, chat_template=INTERNVL_TEMPLATE, model_max_length=1_000_000)
-    tokenizer.add_special_tokens({"additional_special_tokens": list(INTERNVL_TOKENS.values())})
-    tokenizer.save_pretrained(target)
-    config = json.loads((target / "tokenizer_config.json").read_text())
-    config["extra_special_tokens"] = dict(INTERNVL_TOKENS)  # as the hub's InternVL3-hf folders name them
-    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    special = {"additional_special_tokens": list(INTERNVL_TOKENS.values())}
+    # the hub's InternVL3-hf folders name them under extra_special_tokens
+    _tokenizer_folder(target, layout, INTERNVL_TEMPLATE, special, {"extra_special_tokens": dict(INTERNVL_TOKENS)})
     preset = PRESETS["internvl"]
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))

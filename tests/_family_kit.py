@@ -1,0 +1,84 @@
+"""Shared inputs of the per-family tests (not a test module): datasets with edge-size images,
+the samples of a dataset as the oracle reads them, packs read back with tarfile alone, and
+hand-made packs of text and image sub-samples."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from vlmpack_offline.conversation import Conversation, parse_conversation
+from vlmpack_offline.packed_format import PackedSample, PackedSubSample
+from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
+from vlmpack_offline.tario import iter_samples, read_range, split_key
+
+__all__ = ["edge_dataset", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
+
+
+def edge_dataset(root: Path, *, seed: int, samples_per_shard: int, sizes, second_image: tuple[int, int]) -> Path:
+    """A generated dataset (text, image, multi-image, videos) plus one sample per size in ``sizes``:
+    that image, text with blank lines, a second image of ``second_image`` size, more text."""
+    generate_dataset(root, seed=seed, n_shards=2, samples_per_shard=samples_per_shard)
+    samples = []
+    for index, (width, height) in enumerate(sizes):
+        media = {"a.png": image_bytes(width, height, fmt="PNG", seed=index), "b.jpg": image_bytes(*second_image, seed=index)}
+        user = [{"type": "image", "image": "a.png"}, {"type": "text", "text": "Left.\n\n"},
+                {"type": "image", "image": "b.jpg"}, {"type": "text", "text": " and\n\nright"}]  # fmt: skip
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": f"Answer {index}."}]
+        samples.append(SyntheticSample(key=f"edge{index:03d}", json={"messages": messages}, media=media))
+    write_shard(root / "edges.tar", samples)
+    return root
+
+
+def samples_in(root: Path) -> dict[str, tuple[Conversation, dict[str, bytes]]]:
+    """key -> (Conversation, {part: bytes}) for every sample of every shard under ``root``."""
+    out = {}
+    for path in sorted(root.rglob("*.tar")):
+        with open(path, "rb") as handle:
+            for raw in iter_samples(path):
+                parts = {m.part: read_range(handle, m.offset, m.size) for m in raw.members}
+                conversation = parse_conversation(parts.pop("json"), key=raw.key, parts=list(parts))
+                assert raw.key not in out
+                out[raw.key] = (conversation, parts)
+    return out
+
+
+def read_packs(packed_dir: Path) -> Iterator[tuple[PackedSample, dict[str, bytes]]]:
+    """(PackedSample, media bytes by part) of every pack, read from the tars with tarfile alone."""
+    for tar_path in sorted(packed_dir.glob("pretrain-*.tar")):
+        groups: dict[str, dict[str, bytes]] = {}
+        with tarfile.open(tar_path) as tar:
+            for member in tar:
+                key, part = split_key(member.name)
+                groups.setdefault(key, {})[part] = tar.extractfile(member).read()
+        for parts in groups.values():
+            yield PackedSample.from_json(json.loads(parts.pop("json"))), parts
+
+
+def text_item(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def pack_of(turns: list[tuple[list[dict], str]], *, capacity: int) -> PackedSample:
+    """A pack of one-turn sub-samples (user content, assistant answer); lengths are not checked."""
+    samples = tuple(
+        PackedSubSample(id=f"s{i}", token_len=0, media_tokens=0, messages=(
+            {"role": "user", "content": user}, {"role": "assistant", "content": [text_item(answer)]},
+        ))  # fmt: skip
+        for i, (user, answer) in enumerate(turns)
+    )
+    return PackedSample(pack_id=0, capacity=capacity, split="train", samples=samples)
+
+
+TEXT_TURNS = [
+    ([text_item("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
+    ([text_item("Count from one to ten.")], "One, two, three, four, five, six, seven, eight, nine, ten."),
+    ([text_item("Name a colour.")], "Blue is a colour that many people like a lot."),
+]
+IMAGE_TURNS = [
+    TEXT_TURNS[0],
+    ([{"type": "image", "image": "m0.jpg"}, text_item("What is it?")], "A square."),
+    ([{"type": "image", "image": "m1.png"}, text_item("and"), {"type": "image", "image": "m2.jpg"}], "Two."),
+]
