@@ -2,7 +2,8 @@
 
 Baseline (what the published offline-packing tool does): for every sample, decode
 each image and run the real processor (``Qwen2_5_VLProcessor`` with
-``Qwen2VLImageProcessorPil``) on text + pixels, then take ``len(input_ids)``.
+``Qwen2VLImageProcessorPil``; for ``--family gemma3`` / ``internvl`` that family's own processor with its
+PIL image processor) on text + pixels, then take ``len(input_ids)``.
 vlmpack: ``stages.scan.run`` end to end (shard discovery, tar reading, header-only
 image sizes, batched tokenization, sqlite commits), one worker, like the baseline.
 Both must give identical token counts for every sample the baseline counted.
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 from PIL import Image
-from transformers import Qwen2_5_VLProcessor, Qwen3VLProcessor
+from transformers import AutoProcessor, InternVLProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from vlmpack_offline.config import config_from_dict
@@ -76,15 +77,7 @@ def baseline(
 ) -> tuple[dict[str, int], float]:
     """Decode every image and run the real processor per sample; returns ({id: token_len}, seconds)."""
     tokenizer = load_tokenizer(str(processor_dir))
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(processor_dir)
-    base = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen3VLProcessor
-    # image processor + tokenizer only: the class's video processor needs torchvision (absent here)
-    cls = type(
-        "ImageOnly", (base,), {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])}
-    )
-    processor = cls(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
-    )
+    processor = reference_processor(family, processor_dir, tokenizer)
     counts: dict[str, int] = {}
     start = time.perf_counter()
     for path in shards:
@@ -99,6 +92,20 @@ def baseline(
                 if len(counts) >= limit:
                     return counts, time.perf_counter() - start
     return counts, time.perf_counter() - start
+
+
+def reference_processor(family: str, processor_dir: Path, tokenizer):
+    """The family's real HF processor (PIL image processor; without its video processor, which needs torchvision)."""
+    images_only = {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])}
+    if family in ("qwen2_5_vl", "qwen3_vl"):
+        base = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen3VLProcessor
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(processor_dir)
+        return type("ImageOnly", (base,), images_only)(
+            image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
+        )
+    if family == "internvl":
+        return type("ImageOnly", (InternVLProcessor,), images_only).from_pretrained(str(processor_dir))
+    return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision
 
 
 def _config(shards: list[Path], processor_dir: Path, work: Path):
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
