@@ -6,6 +6,7 @@
     qwen.py    qwen2_vl, qwen2_5_vl, qwen3_vl(_moe), qwen3_5(_moe): patch grid from smart_resize, mRoPE
     gemma3.py  gemma3: image_seq_length soft tokens per image, no video, 1-D positions
     internvl.py internvl: image_seq_length <IMG_CONTEXT> per tile, tiles from the image size, no video, 1-D
+    glm4v.py   glm4v: <|image|> grid from GLM's smart_resize, no video, mRoPE
 
 A ``model_type`` with a module here is counted from image headers and video
 metadata (the fast path); any other is counted by running its HF processor
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .base import Family, Size, SpecialTokens
 from .gemma3 import GEMMA3
+from .glm4v import GLM4V
 from .internvl import INTERNVL
 from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
 
@@ -24,7 +26,7 @@ __all__ = [
     "family_for",
 ]  # fmt: skip
 
-FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL) for model_type in family.model_types}
+FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V) for model_type in family.model_types}
 FAST_FAMILIES = frozenset(FAMILIES)  # model types counted from sizes (fast path)
 
 

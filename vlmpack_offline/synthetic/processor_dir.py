@@ -330,6 +330,40 @@ PRESETS["internvl"] = {
     "template": INTERNVL_TEMPLATE,
 }  # fmt: skip
 
+# Like zai-org/GLM-4.1V-9B-Thinking's chat_template.jinja: [gMASK]<sop>, <|user|> / <|assistant|> turns,
+# images as <|begin_of_image|><|image|><|end_of_image|>, videos as <|begin_of_video|><|video|><|end_of_video|>.
+GLM4V_TEMPLATE = (
+    "[gMASK]<sop>{% for msg in messages %}"
+    "{% if msg.role == 'system' %}<|system|>\n"
+    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}{{ item.text }}{% endfor %}{% endif %}"
+    "{% elif msg.role == 'user' %}<|user|>\n"
+    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}"
+    "{% if item.type == 'video' or 'video' in item %}<|begin_of_video|><|video|><|end_of_video|>"
+    "{% elif item.type == 'image' or 'image' in item %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}"
+    "{% elif msg.role == 'assistant' %}<|assistant|>\n"
+    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}{{ item.text }}{% endfor %}{% endif %}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+# GLM's special tokens the template and Glm4vProcessor use (added to the Qwen BPE).
+GLM4V_TOKENS = [
+    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|begin_of_image|>", "<|end_of_image|>",
+    "<|image|>", "<|begin_of_video|>", "<|end_of_video|>", "<|video|>",
+]  # fmt: skip
+
+# zai-org/GLM-4.1V-9B-Thinking preprocessor_config.json (pixels: size.shortest_edge .. size.longest_edge,
+# bounding temporal_patch_size * height * width).
+PRESETS["glm4v"] = {
+    "preprocessor": {
+        "size": {"shortest_edge": 12544, "longest_edge": 9633792}, "do_rescale": True, "patch_size": 14,
+        "temporal_patch_size": 2, "merge_size": 2, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
+        "image_processor_type": "Glm4vImageProcessor", "processor_class": "Glm4vProcessor",
+    },
+    "config": {"model_type": "glm4v", "architectures": ["Glm4vForConditionalGeneration"]},
+    "template": GLM4V_TEMPLATE,
+}  # fmt: skip
+
 # Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
 # releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
 VIDEO_PRESETS: dict[str, dict] = {
@@ -380,6 +414,10 @@ def build_processor_dir(
         if template != "published" or video:
             raise ValueError("an internvl folder has the published template only, and no video processor")
         return _build_internvl(Path(target), layout)
+    if family == "glm4v":
+        if template != "published" or video:
+            raise ValueError("a glm4v folder has the published template only, and no video processor")
+        return _build_glm4v(Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -474,6 +512,34 @@ def _build_internvl(target: Path, layout: str) -> Path:
             (target / name).unlink()
         processor.save_pretrained(target)
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
+    return target
+
+
+def _build_glm4v(target: Path, layout: str) -> Path:
+    """The GLM-4V folder (see the module doc): the Qwen BPE plus GLM's tokens, hub files or save_pretrained's;
+    config.json carries the token ids of this tokenizer (the model's rope index finds the images by them)."""
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+
+    _tokenizer_folder(target, layout, GLM4V_TEMPLATE, {"additional_special_tokens": GLM4V_TOKENS}, {})
+    preset = PRESETS["glm4v"]
+    (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    if layout == "transformers5":
+        settings = {k: v for k, v in preset["preprocessor"].items() if not k.endswith(("_type", "_class"))}
+        # the real class under its own name, without the video processor (GLM's imports torchvision)
+        cls = type("Glm4vProcessor", (transformers.Glm4vProcessor,), {
+            "get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"]),
+            "check_argument_for_proper_class": lambda self, name, arg: None,
+        })  # fmt: skip
+        processor = cls(image_processor=Glm4vImageProcessorPil(**settings), tokenizer=tokenizer, chat_template=GLM4V_TEMPLATE)
+        (target / "preprocessor_config.json").unlink()
+        processor.save_pretrained(target)
+    ids = {f"{name}_token_id": tokenizer.convert_tokens_to_ids(f"<|{token}|>") for name, token in (
+        ("image", "image"), ("video", "video"), ("image_start", "begin_of_image"), ("image_end", "end_of_image"),
+        ("video_start", "begin_of_video"), ("video_end", "end_of_video"))}  # fmt: skip
+    (target / "config.json").write_text(json.dumps({**preset["config"], **ids}, indent=2))
     return target
 
 
