@@ -121,7 +121,8 @@ class ProcessorImages:
 
         try:
             processor = AutoProcessor.from_pretrained(str(path), **processor_kwargs)
-        except (ValueError, OSError):  # without torchvision a family's video processor cannot load (InternVL)
+        except (ValueError, OSError, ImportError):  # without torchvision a family's video processor cannot load
+            # (InternVL: ValueError; GLM-4V: ImportError from Glm4vVideoProcessor)
             processor = None if is_torchvision_available() else _images_only_processor(Path(path), **processor_kwargs)
             if processor is None:
                 raise
@@ -168,7 +169,11 @@ def _images_only_processor(path: Path, **processor_kwargs):
 def media_processor_for(
     family, path: str | Path, *, image_pad: str, **processor_kwargs
 ) -> MediaProcessor | ProcessorImages:
-    """Qwen-VL grids (mRoPE families) by ``MediaProcessor``; any other family's images by its own processor."""
-    if family is not None and family.positions == "mrope":
+    """Qwen-VL grids (the Qwen family module only) by ``MediaProcessor``; any other family's images by its own
+    processor (``ProcessorImages``), mRoPE or not: GLM-4V's grids come from its own image processor
+    (``Glm4vImageProcessorPil``: another smart_resize and pixel bounds than Qwen's)."""
+    from ..families.qwen import QwenFamily
+
+    if isinstance(family, QwenFamily):
         return MediaProcessor.from_processor_dir(path, **processor_kwargs)
     return ProcessorImages.from_processor_dir(path, image_pad, **processor_kwargs)
