@@ -23,6 +23,12 @@ preprocessor settings (448x448 tiles, 1..12 tiles plus a thumbnail, ImageNet mea
 with ``image_seq_length`` 256, and the template transformers' InternVL conversion publishes (images as
 ``<IMG_CONTEXT>\n``, videos as ``<video>\n``). No video processor: InternVL's needs torchvision.
 
+``family="glm4v"`` adds GLM-4.1V's tokens to the same Qwen BPE (``[gMASK]``, ``<sop>``, ``<|system|>``,
+``<|user|>``, ``<|assistant|>``, ``<|begin_of_image|>``, ``<|end_of_image|>``, ``<|image|>`` and the video ones),
+GLM-4.1V-9B-Thinking's public preprocessor settings (patch 14, merge 2, temporal 2, size 12544..9633792, CLIP
+mean/std), a template like its published one (images as ``<|begin_of_image|><|image|><|end_of_image|>``), and a
+``config.json`` with this tokenizer's image / video token ids. No video processor: GLM's needs torchvision.
+
 ``layout="hub"`` (default) writes the files as the hub holds them (``preprocessor_config.json``,
 and ``video_preprocessor_config.json`` with ``video=True``); ``layout="transformers5"`` writes what
 transformers 5 ``save_pretrained`` writes: the real processor class saved with its real image
