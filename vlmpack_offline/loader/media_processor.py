@@ -93,11 +93,11 @@ class MediaProcessor:
 
 
 class ProcessorImages:
-    """Image tensors made by the family's own HF processor, for families whose images do not need a grid.
+    """Image tensors made by the family's own HF processor, for every family but Qwen-VL (GLM-4V's grids too).
 
     ``AutoProcessor`` of the folder (transformers picks the PIL image processor when
     torchvision is missing); where ``AutoProcessor`` needs torchvision for the family's video
-    processor (InternVL), the folder's own processor class without its video processor
+    processor (InternVL, GLM-4V), the folder's own processor class without its video processor
     (``_images_only_processor``). Each image goes through the processor's own call, with a text
     of the one pad token the chat template renders, so the processor's own image defaults
     apply (Gemma3's ``do_convert_rgb``: null in the folder, True in the processor); the
