@@ -82,3 +82,31 @@ IMAGE_TURNS = [
     ([{"type": "image", "image": "m0.jpg"}, text_item("What is it?")], "A square."),
     ([{"type": "image", "image": "m1.png"}, text_item("and"), {"type": "image", "image": "m2.jpg"}], "Two."),
 ]
+
+
+def images_only(processor_cls: type) -> type:
+    """``processor_cls`` (transformers' own) restricted to its image processor and tokenizer: its video
+    processor needs torchvision, which this machine does not have; images go through its own code."""
+    return type(f"{processor_cls.__name__}ImagesOnly", (processor_cls,), {
+        "get_attributes": classmethod(lambda cls: ["image_processor", "tokenizer"]),
+    })  # fmt: skip
+
+
+def packed_dataset(root: Path, family: str, layout: str, *, seed: int, max_token_len: int) -> tuple[Path, Path]:
+    """A generated dataset packed by the real stages (scan -> write) with a ``family`` folder in ``layout``;
+    (packed_wds_dir, processor folder). Video samples of families without video drop on purpose."""
+    from vlmpack_offline.config import config_from_dict
+    from vlmpack_offline.stages import bucket, plan, scan, write
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+
+    processor = build_processor_dir(root / "processor", family, layout=layout)
+    generate_dataset(root / "src", seed=seed, n_shards=2, samples_per_shard=10, include_faults=False)
+    config = config_from_dict({
+        "data": {"wds_dir": str(root / "src"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
+        "sample": {"max_token_len": max_token_len},
+        "scan": {"max_drop_ratio": 1.0},
+    }, source="test")  # fmt: skip
+    for stage in (scan, bucket, plan, write):
+        stage.run(config)
+    return root / "packed", processor

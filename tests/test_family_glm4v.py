@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _family_kit import edge_dataset, samples_in
+from _family_kit import edge_dataset, images_only, samples_in
 from click.testing import CliRunner
 from PIL import Image
 from transformers import Glm4vProcessor
@@ -45,12 +45,7 @@ SIZES = [
 ]  # fmt: skip
 
 
-class _ImagesOnly(Glm4vProcessor):
-    """transformers' Glm4vProcessor without its video processor (see the module doc)."""
-
-    @classmethod
-    def get_attributes(cls) -> list[str]:
-        return ["image_processor", "tokenizer"]
+_ImagesOnly = images_only(Glm4vProcessor)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _family_kit import edge_dataset, samples_in
+from _family_kit import edge_dataset, images_only, samples_in
 from click.testing import CliRunner
 from PIL import Image
 from transformers import InternVLProcessor
@@ -44,12 +44,7 @@ SIZES = [
 ]  # fmt: skip
 
 
-class _ImagesOnly(InternVLProcessor):
-    """transformers' InternVLProcessor without its video processor (see the module doc)."""
-
-    @classmethod
-    def get_attributes(cls) -> list[str]:
-        return ["image_processor", "tokenizer"]
+_ImagesOnly = images_only(InternVLProcessor)
 
 
 @pytest.fixture(scope="module")

@@ -88,17 +88,13 @@ def clean_run(tmp_path_factory, qwen25_processor_dir) -> dict:
 
 CASES = [
     ("scan", "scan:shard:1"),  # first shard committed (of four), by either worker
-    ("scan", "writing:manifest.jsonl"),  # every shard in, the report half-made
     ("scan", "wrote:manifest.jsonl"),  # report done, fingerprint not yet set
-    ("bucket", "wrote:lengths.npy"),
     ("bucket", "writing:meta.json"),
-    ("plan", "writing:pack_plan.npz"),
     ("plan", "wrote:pack_plan.meta.json"),  # plan complete, no stats yet
     ("plan", "writing:stats.png"),  # a stats.png.tmp left behind
     ("plan", "wrote:stats.png"),  # stats.png without its stats.json
     ("write", "write:scratch:1"),
     ("write", "write:shard:1"),
-    ("write", "writing:dataset.yaml"),
 ]
 
 

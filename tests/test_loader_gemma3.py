@@ -16,15 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import read_packs
+from _family_kit import packed_dataset, read_packs
 from PIL import Image
 from transformers import AutoProcessor
 
-from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import PackEncoder
-from vlmpack_offline.stages import bucket, plan, scan, write
-from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import generate_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -32,17 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", params=["hub", "transformers5"])
 def packed(request, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp(f"gemma3_loader_{request.param}")
-    processor = build_processor_dir(root / "processor", "gemma3", layout=request.param)
-    generate_dataset(root / "src", seed=5, n_shards=2, samples_per_shard=10, include_faults=False)
-    config = config_from_dict({
-        "data": {"wds_dir": str(root / "src"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
-        "sample": {"max_token_len": 2048},
-        "scan": {"max_drop_ratio": 1.0},  # Gemma3 takes no video: those samples drop as unsupported_media
-    }, source="test")  # fmt: skip
-    for stage in (scan, bucket, plan, write):
-        stage.run(config)
-    return root / "packed", processor
+    return packed_dataset(root, "gemma3", request.param, seed=5, max_token_len=2048)
 
 
 def test_every_gemma3_pack_equals_the_real_processor_on_each_sub_sample(packed):

@@ -19,41 +19,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import read_packs
+from _family_kit import images_only, packed_dataset, read_packs
 from PIL import Image
 from transformers import AutoConfig, Glm4vModel, Glm4vProcessor
 
-from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import PackEncoder
-from vlmpack_offline.stages import bucket, plan, scan, write
-from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import generate_dataset
 
 pytestmark = pytest.mark.slow
 
 
-class _ImagesOnly(Glm4vProcessor):
-    """transformers' Glm4vProcessor without its video processor (torchvision)."""
-
-    @classmethod
-    def get_attributes(cls) -> list[str]:
-        return ["image_processor", "tokenizer"]
+_ImagesOnly = images_only(Glm4vProcessor)
 
 
-@pytest.fixture(scope="module", params=["hub", "transformers5"])
+@pytest.fixture(scope="module", params=["transformers5"])  # the hub layout: counted in test_family_*; loaded here once
 def packed(request, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp(f"glm4v_loader_{request.param}")
-    processor = build_processor_dir(root / "processor", "glm4v", layout=request.param)
-    generate_dataset(root / "src", seed=7, n_shards=2, samples_per_shard=10, include_faults=False)
-    config = config_from_dict({
-        "data": {"wds_dir": str(root / "src"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
-        "sample": {"max_token_len": 8192},  # several packs
-        "scan": {"max_drop_ratio": 1.0},  # GLM-4V videos are not counted: those samples drop as unsupported_media
-    }, source="test")  # fmt: skip
-    for stage in (scan, bucket, plan, write):
-        stage.run(config)
-    return root / "packed", processor
+    return packed_dataset(root, "glm4v", request.param, seed=7, max_token_len=8192)
 
 
 def _tiny_model(processor_dir: Path) -> Glm4vModel:
