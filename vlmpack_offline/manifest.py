@@ -210,6 +210,18 @@ class Manifest:
     def status_counts(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT status, COUNT(*) FROM samples GROUP BY status ORDER BY status"))
 
+    def drop_counts(self) -> dict[str, int]:
+        """Dropped samples by reason: rows with a drop status, plus the samples of shards that could not be read
+        (``n_unread``, counted under the shard's reason since they have no row)."""
+        drops = dict(self.conn.execute(
+            "SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status ORDER BY status"
+        ).fetchall())
+        for reason, unread in self.conn.execute(
+            "SELECT status, SUM(n_unread) FROM shards WHERE n_unread > 0 GROUP BY status ORDER BY status"
+        ):
+            drops[reason] = drops.get(reason, 0) + unread
+        return drops
+
 
 def _sample_from_row(row: tuple) -> SampleRecord:
     return SampleRecord(

@@ -67,13 +67,7 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
     id_chunks, id_lens = [], []
     with Manifest(manifest_path(work_dir)) as manifest:
         conn = manifest.conn
-        drops = dict(conn.execute(
-            "SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status ORDER BY status"
-        ).fetchall())
-        for reason, unread in conn.execute(  # samples of shards that could not be read (no rows)
-            "SELECT status, SUM(n_unread) FROM shards WHERE n_unread > 0 GROUP BY status ORDER BY status"
-        ):
-            drops[reason] = drops.get(reason, 0) + unread
+        drops = manifest.drop_counts()
         (found,) = conn.execute("SELECT SUM(n_samples + n_unread) FROM shards").fetchone()
         expected = found - sum(drops.values()) if found else None  # only for the progress bar
         # one integer per row (token_len << 34 | media_tokens << 3 | media code): a third of the Python objects

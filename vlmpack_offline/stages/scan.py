@@ -235,16 +235,13 @@ def _write_jsonl(manifest: Manifest, path: Path) -> None:
 
 
 def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tuple[list[str], dict[str, int]]:
-    status = manifest.status_counts()
-    ok = status.pop("ok", 0)
+    ok = manifest.status_counts().get("ok", 0)
+    status = manifest.drop_counts()  # unread samples of bad shards included, under the shard's reason
     (tokens, media) = manifest.conn.execute(
         "SELECT COALESCE(SUM(token_len), 0), COALESCE(SUM(media_tokens), 0) FROM samples WHERE status = 'ok'"
     ).fetchone()
     bad_shards = [s for s in manifest.shards() if s.status != "ok"]
     unread = sum(s.n_unread for s in bad_shards)
-    for shard in bad_shards:  # samples of a shard that could not be read have no row: counted here
-        if shard.n_unread:
-            status[shard.status] = status.get(shard.status, 0) + shard.n_unread
     dropped = sum(status.values())
     (unused,) = manifest.conn.execute("SELECT COALESCE(SUM(unused_media), 0) FROM samples").fetchone()
     counts = {
