@@ -49,12 +49,30 @@ class VisionInputs(Mapping):
 
 
 def concat_vision_inputs(parts: list[Mapping[str, torch.Tensor]]) -> VisionInputs:
-    """Concatenate per-media processor outputs along dim 0, keeping every field any part has."""
+    """Concatenate per-media processor outputs along dim 0, keeping every field any part has.
+
+    Where the parts differ past dim 0 (Pixtral's per-image pixel sizes, LLaVA-OneVision's patch
+    counts) each is zero-padded at the end of those dims to the largest, as the HF processors pad
+    the images of one batch (their ``image_sizes`` say what is real)."""
     names: list[str] = []
     for part in parts:
         names.extend(n for n in part if n not in names)
     out = {}
     for name in names:
         tensors = [part[name] for part in parts if name in part]
-        out[name] = torch.cat(tensors, dim=0)
+        out[name] = torch.cat(_padded_to_largest(tensors), dim=0)
     return VisionInputs(out)
+
+
+def _padded_to_largest(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    shapes = {tuple(t.shape[1:]) for t in tensors}
+    if len(shapes) <= 1:
+        return tensors
+    largest = [max(sizes) for sizes in zip(*shapes, strict=True)]
+    padded = []
+    for t in tensors:
+        pad: list[int] = []  # F.pad order: last dim first, (before, after) each
+        for size, target in zip(reversed(t.shape[1:]), reversed(largest), strict=True):
+            pad += [0, target - size]
+        padded.append(torch.nn.functional.pad(t, pad))
+    return padded

