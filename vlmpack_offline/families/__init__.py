@@ -7,6 +7,7 @@
     gemma3.py  gemma3: image_seq_length soft tokens per image, no video, 1-D positions
     internvl.py internvl: image_seq_length <IMG_CONTEXT> per tile, tiles from the image size, no video, 1-D
     glm4v.py   glm4v: <|image|> grid from GLM's smart_resize, no video, mRoPE
+    kimi_k25.py kimi_k25: <|media_pad|> grid from Kimi's navit_resize, no video, 1-D positions
 
 A ``model_type`` with a module here is counted from image headers and video
 metadata (the fast path); any other is counted by running its HF processor
@@ -19,6 +20,7 @@ from .base import Family, Size, SpecialTokens
 from .gemma3 import GEMMA3
 from .glm4v import GLM4V
 from .internvl import INTERNVL
+from .kimi_k25 import KIMI_K25
 from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
 
 __all__ = [
@@ -26,7 +28,7 @@ __all__ = [
     "family_for",
 ]  # fmt: skip
 
-FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V) for model_type in family.model_types}
+FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V, KIMI_K25) for model_type in family.model_types}
 FAST_FAMILIES = frozenset(FAMILIES)  # model types counted from sizes (fast path)
 
 

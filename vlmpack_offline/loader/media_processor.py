@@ -163,7 +163,18 @@ def _images_only_processor(path: Path, **processor_kwargs):
         return None
     parts = [name for name in base.get_attributes() if name != "video_processor"]
     images_only = type(base.__name__, (base,), {"get_attributes": classmethod(lambda cls: list(parts))})
-    return images_only.from_pretrained(str(path), **processor_kwargs)
+    try:
+        return images_only.from_pretrained(str(path), **processor_kwargs)
+    except (ValueError, ImportError) as exc:  # the image processor itself needs torchvision (Kimi-K2.5's)
+        if "torchvision" not in str(exc):
+            raise
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"{path}: the {model_type} image processor needs torchvision, which this environment lacks; the loader "
+            f"makes vision tensors with the family's own processor, so install torchvision where the loader runs "
+            f"(the scan counts {model_type} without it)"
+        ) from None
 
 
 def media_processor_for(

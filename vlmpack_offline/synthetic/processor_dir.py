@@ -385,6 +385,7 @@ VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
 
 # family -> its builder module in this package (``build(target, *, layout, video) -> Path``); one line a family
 FOLDER_MODULES: dict[str, str] = {
+    "kimi_k25": "folder_kimi_k25",
 }
 
 

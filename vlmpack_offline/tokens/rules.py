@@ -81,6 +81,8 @@ class ModelRules:
     tile_size: tuple[int, int] = (0, 0)  # InternVL: (height, width) of one tile, the image processor's size
     min_tiles: int = 1  # InternVL: the image processor's min_patches
     max_tiles: int = 0  # InternVL: its max_patches (<= 1: one resized tile, no thumbnail)
+    max_patches: int = 0  # Kimi-K2.5: the image processor's max_patches (patch budget of one image)
+    max_side_patches: int = 0  # Kimi-K2.5: its size.max_height (patches along one side)
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property
