@@ -14,7 +14,9 @@ end-of-turn token, without the role header (which the generation prompt already
 holds) and without the whitespace the template puts after the turn. When
 ``upto_i`` is a prefix of the full render (every template that renders turns
 independently), the span's offsets carry over; otherwise ``turn_i`` is searched
-in the full render after the previous turn. A template for which neither holds
+in the full render after the previous turn, then in its history form (``_history_turn``:
+thinking templates such as Qwen3.5's render a turn before a later user query without its
+``<think>`` block). A template for which none holds
 raises ``SpanError``: labels are never guessed.
 
 Templates that do have ``{% generation %}`` markers keep HF's own spans.
@@ -27,6 +29,7 @@ sample costs one extra render, not three.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 
@@ -70,6 +73,8 @@ def assistant_spans(messages: Sequence[dict], render: Render, full: str | None =
             start = len(prompt)
         else:
             start = full.find(turn, cursor)
+            if start < 0 and (history := _history_turn(messages, index, render, prompt)):
+                turn, start = history, full.find(history, cursor)  # a thinking template's earlier turn
             if start < 0:
                 raise SpanError(
                     f"assistant turn {index} renders differently alone than inside the whole conversation; "
@@ -78,6 +83,27 @@ def assistant_spans(messages: Sequence[dict], render: Render, full: str | None =
         spans.append((start, start + len(turn)))
         cursor = start + len(turn)
     return spans
+
+
+def _history_turn(messages: Sequence[dict], index: int, render: Render, prompt: str) -> str:
+    """Assistant turn ``index`` as the template renders it when a later user query follows it, or "".
+
+    Thinking templates (Qwen3.5) render only the turns after the last user query with a
+    ``<think>...</think>`` block; an earlier turn sits in the full text without it. Inserting the
+    turn before that later query shows its history form: the text it adds, past the role header it
+    shares with the generation prompt (``<|im_start|>assistant\\n``)."""
+    later = next((m for m in messages[index + 1 :] if m.get("role") == "user"), None)
+    if later is None:
+        return ""
+    head = render(messages[:index], False)
+    without = render([*messages[:index], later], False)
+    with_turn = render([*messages[: index + 1], later], False)
+    tail = without[len(head) :]
+    if not (without.startswith(head) and with_turn.startswith(head) and with_turn.endswith(tail) and prompt.startswith(head)):
+        return ""
+    block = with_turn[len(head) : len(with_turn) - len(tail)]
+    header = os.path.commonprefix([block, prompt[len(head) :]])
+    return block[len(header) :].rstrip()
 
 
 class ChatRenderer:
@@ -130,9 +156,14 @@ class ChatRenderer:
 
         def lookup(c: int) -> Render:
             def render(messages: Sequence[dict], generation: bool) -> str:
+                key = (c, len(messages), generation)
+                if not all(a is b for a, b in zip(messages, conversations[c], strict=False)):  # not a prefix (_history_turn)
+                    return self.render(messages, generation)
                 if not generation and len(messages) == len(conversations[c]):
                     return fulls[c]
-                text = rendered[(c, len(messages), generation)]
+                if key not in rendered:
+                    return self.render(messages, generation)
+                text = rendered[key]
                 if isinstance(text, Exception):
                     raise text
                 return text
