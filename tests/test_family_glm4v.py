@@ -1,4 +1,4 @@
-"""GLM-4.1V (``glm4v``) on the fast path: counts equal the real ``Glm4vProcessor``, sample by sample.
+"""GLM-4.1V / 4.5V / 4.6V images on the fast path: counts equal the real ``Glm4vProcessor`` / ``Glm46VProcessor``.
 
 The reference is transformers' own ``Glm4vProcessor`` loaded by its own ``from_pretrained`` from the
 folder, with the real ``Glm4vImageProcessorPil`` and the folder's tokenizer, run on the decoded images.
@@ -11,7 +11,9 @@ Its ``input_ids`` are compared by length with the scan's ``token_len`` (the whol
 stage), token by token with ``materialize``, and its ``<|image|>`` ids with ``media_tokens``, for text,
 one-image and multi-image samples with many sizes and aspect ratios, in both folder layouts. An image
 the processor refuses (aspect ratio over 200 after its upscaling) must be dropped as
-``unsupported_aspect``; a video sample is dropped as ``unsupported_media``.
+``unsupported_aspect``. GLM-4.5V (``glm4v_moe``) takes ``Glm4vProcessor``; GLM-4.6V (``glm46v``) its own
+``Glm46VProcessor`` + ``Glm46VImageProcessorPil``: their scans are checked the same way. Videos are
+counted (see ``tests/test_family_glm4v_video.py``); here their rows must be ``ok``.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ import yaml
 from _family_kit import edge_dataset, images_only, samples_in
 from click.testing import CliRunner
 from PIL import Image
-from transformers import Glm4vProcessor
+from transformers import Glm4vProcessor, Glm46VProcessor
 
 from vlmpack_offline.cli import cli
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.families.glm4v import GLM4V
 from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.reasons import DropError, Reason
+from vlmpack_offline.reasons import Reason
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.tokens import load_model_rules, make_counter
 
@@ -46,6 +48,7 @@ SIZES = [
 
 
 _ImagesOnly = images_only(Glm4vProcessor)
+_ORACLES = {"glm4v": _ImagesOnly, "glm4v_moe": _ImagesOnly, "glm46v": images_only(Glm46VProcessor)}
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,8 @@ def _scan_matches_reference(tmp_path: Path, wds: Path, directory: Path, processo
     for row in rows:
         conversation, parts = samples[row.key]
         kinds = [m.kind for m in conversation.media]
-        if "video" in kinds:
-            assert row.status == Reason.UNSUPPORTED_MEDIA, (row.key, row.status, row.error)
+        if "video" in kinds:  # counted exactly against the video processor in test_family_glm4v_video.py
+            assert row.status == "ok", (row.key, row.status, row.error)
             seen["video"] += 1
             continue
         try:
@@ -159,14 +162,6 @@ def test_materialize_gives_the_processor_input_ids(glm_dirs, wds, make_config):
     assert checked >= 20
 
 
-def test_a_video_item_is_dropped_as_unsupported_media(glm_dirs, make_config):
-    counter = make_counter(make_config(wds_dir="unused", processor_dir=glm_dirs["hub"]))
-    with pytest.raises(DropError) as caught:
-        counter.probe("video", b"not even read", part="clip.mp4")
-    assert caught.value.reason == Reason.UNSUPPORTED_MEDIA
-    assert "glm4v takes no video (vlmpack does not count GLM-4V videos yet" in str(caught.value)
-
-
 def test_settings_are_read_from_both_layouts(tmp_path, glm_dirs, make_config):
     for directory in glm_dirs.values():
         rules = load_model_rules(make_config(wds_dir="unused", processor_dir=directory).model)
@@ -205,3 +200,14 @@ def test_top_level_min_max_pixels_are_ignored_as_by_the_processor(glm_dirs, make
     assert expected == int(grid.prod()) // 4 > 16  # the folder's size, not max_pixels' 16 tokens
     media = counter.probe("image", image.getvalue(), part="a.png")
     assert GLM4V.replacement_size(rules, media, len).media_tokens == expected
+
+
+@pytest.mark.parametrize("family", ["glm4v_moe", "glm46v"])
+def test_glm45v_and_glm46v_scans_equal_their_real_processors(tmp_path, family, wds):
+    directory = build_processor_dir(tmp_path / "processor", family, layout="transformers5")
+    processor = _ORACLES[family].from_pretrained(directory)
+    assert type(processor).__name__.startswith("Glm46VProcessor" if family == "glm46v" else "Glm4vProcessor")
+    assert type(processor.image_processor).__name__ == ("Glm46VImageProcessorPil" if family == "glm46v" else "Glm4vImageProcessorPil")
+    path_line = f"{family}: fast path (patch grid from headers: patch 14, merge 2, 2 * pixels in 12544..9633792)"
+    seen = _scan_matches_reference(tmp_path, wds, directory, processor, path_line)
+    assert seen["multi"] >= len(SIZES) - 2 and seen["refused"] == 2 and seen["video"] >= 2, seen

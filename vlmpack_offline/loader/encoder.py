@@ -43,10 +43,11 @@ from ..config import Config
 from ..conversation import Conversation, MediaRef
 from ..errors import LengthMismatchError
 from ..families import family_for
-from ..media import decode_frames, probe_video, sample_video
+from ..media import decode_frames, probe_video
 from ..packed_format import PackedSample, PackedSubSample
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
+from ..tokens.media_info import sample_for
 from ..tokens.rules import resolve_video
 from .batch import PackBatch
 from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
@@ -146,12 +147,13 @@ class PackEncoder:
                 tensors.append(self.media.image(data))
             else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
                 video = probe_video(data, part=ref.part)
-                sampling = sample_video(
-                    video, resolve_video(self.config.video, self.rules.video, factor=self.rules.factor), factor=self.rules.factor,
-                    temporal_factor=self.rules.temporal_patch_size, part=ref.part,
+                sampling = sample_for(
+                    self.rules, video, resolve_video(self.config.video, self.rules.video, factor=self.rules.factor),
+                    part=ref.part,
                 )  # fmt: skip
                 infos.append(VideoMedia(sampling=sampling))
-                tensors.append(self.media.frames(decode_frames(data, sampling)))
+                frames = decode_frames(data, sampling, resize=self.media.resized_frames)
+                tensors.append(self.media.frames(frames, sampling))
                 sampled_fps = sampling.n_frames / video.n_frames * video.native_fps  # HF VideoMetadata.sampled_fps
                 seconds.append(self.rules.temporal_patch_size / sampled_fps)
         materialized = self.counter.materialize(conversation, infos)

@@ -5,7 +5,10 @@ untransposed header size) and HF's ``Qwen2VLImageProcessorPil`` loaded from the
 processor directory (``AutoProcessor`` needs torchvision, which we do not
 require).
 
-Videos: HF's video processor needs torchvision too, so frames go through the
+Videos (``ProcessorImages``, every family but Qwen-VL): the family's own video processor on the
+sampled frames with their ``VideoMetadata`` (needs torchvision; see ``ProcessorImages.frames``).
+
+Videos (``MediaProcessor``, Qwen-VL): HF's video processor needs torchvision too, so frames go through the
 same image processor with ``do_resize=False`` (rescale, normalize, patchify of
 each frame) after decord decoded them at the shared sampler's frame indices and
 PIL resized them (bicubic, like the image path) to the sampler's size. The
@@ -74,7 +77,9 @@ class MediaProcessor:
         """Qwen-VL models take no ``token_type_ids``."""
         return None
 
-    def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:
+    resized_frames = True  # frames() takes the sampled frames already resized to the sampler's size
+
+    def frames(self, frames: np.ndarray, sampling=None) -> dict[str, torch.Tensor]:
         """``pixel_values_videos`` + ``video_grid_thw`` of frames ``[T, H, W, 3]`` already at the sampler's size."""
         t, h, w, _ = frames.shape
         factor = self.patch_size * self.merge_size
@@ -135,10 +140,49 @@ class ProcessorImages:
             out = self.processor(text=[self.image_pad], images=[img], return_tensors="pt", **overrides)
         return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
 
-    def frames(self, frames: np.ndarray) -> dict[str, torch.Tensor]:
-        raise ValueError(
-            f"{type(self.processor).__name__} takes no video (the scan drops video samples as unsupported_media)"
-        )
+    resized_frames = False  # frames() takes the sampled frames at their decoded size: the video processor resizes
+
+    def frames(self, frames: np.ndarray, sampling) -> dict[str, torch.Tensor]:
+        """The model's video fields (``pixel_values_videos``, ``video_grid_thw``, ...) for one video, made by the
+        family's own HF video processor (``processor.video_processor``).
+
+        ``frames``: ``[T, H, W, 3]`` uint8, the frames ``sampling`` (a ``media.VideoSampling``) picked, at
+        their decoded size. They go in with their ``VideoMetadata`` (``total_num_frames`` and ``fps`` of the
+        source, ``frames_indices``: the sampled indices) and ``do_sample_frames=False``: the processor takes
+        exactly these frames, resizes and patchifies them itself, and reads the timestamps from the metadata.
+        The family module's count assumed the size ``sampling.resized_*``: a processor that resizes to
+        another size raises here instead of handing the model tokens and patches that disagree.
+        HF's video processors need torchvision: without it (or for a family without a video processor)
+        this raises ``ValueError`` saying so.
+        """
+        from transformers.video_utils import VideoMetadata
+
+        video_processor = getattr(self.processor, "video_processor", None)
+        if video_processor is None:
+            from transformers.utils import is_torchvision_available
+
+            why = ("its video processor needs torchvision, which is not installed"
+                   if not is_torchvision_available() else "it has no video processor")  # fmt: skip
+            raise ValueError(f"{type(self.processor).__name__} cannot make video tensors here: {why}")
+        total = sampling.total_frames or max(sampling.frame_indices) + 1
+        metadata = VideoMetadata(
+            total_num_frames=total, fps=sampling.native_fps, duration=total / sampling.native_fps,
+            width=int(frames.shape[2]), height=int(frames.shape[1]), frames_indices=list(sampling.frame_indices),
+        )  # fmt: skip
+        out = video_processor(videos=[frames], video_metadata=[metadata], do_sample_frames=False, return_tensors="pt")
+        fields = set(video_processor.model_input_names)
+        result = {name: value for name, value in out.items() if name in fields}
+        grid = result.get("video_grid_thw")
+        if grid is not None:
+            patch = int(video_processor.patch_size)
+            expected = [-(-sampling.n_frames // int(video_processor.temporal_patch_size)),
+                        sampling.resized_height // patch, sampling.resized_width // patch]  # fmt: skip
+            if grid[0].tolist() != expected:
+                raise ValueError(
+                    f"{type(video_processor).__name__} made a video grid {grid[0].tolist()}, the count assumed "
+                    f"{expected}: its video settings differ from the scan's"
+                )
+        return result
 
     def token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor | None:
         """``[L]`` 1 on the image tokens, else 0, when the model takes ``token_type_ids`` (Gemma3); else None."""

@@ -51,6 +51,11 @@ class RopeIndex:
             self._host = host_cls(config)
         self.image_token_id = getattr(config, "image_token_id", None)
         self.video_token_id = getattr(config, "video_token_id", None)
+        # GLM-4V: video frames are <|image|> tokens between <|begin_of_video|> and <|end_of_video|>
+        glm = str(self.model_type).startswith("glm")
+        self.video_start_token_id = getattr(config, "video_start_token_id", None) if glm else None
+        self.video_end_token_id = getattr(config, "video_end_token_id", None) if glm else None
+
 
     @classmethod
     def from_processor_dir(cls, path: str | Path, *, model_type: str | None = None) -> RopeIndex:
@@ -97,6 +102,10 @@ class RopeIndex:
             types[input_ids == self.image_token_id] = MM_IMAGE
         if self.video_token_id is not None:
             types[input_ids == self.video_token_id] = MM_VIDEO
+        if self.image_token_id is not None and self.video_start_token_id is not None and self.video_end_token_id is not None:
+            # Glm4vProcessor.create_mm_token_type_ids: image tokens inside a video segment are video tokens
+            inside = (input_ids == self.video_start_token_id).cumsum(-1) > (input_ids == self.video_end_token_id).cumsum(-1)
+            types[(input_ids == self.image_token_id) & inside] = MM_VIDEO
         return types
 
     def positions(

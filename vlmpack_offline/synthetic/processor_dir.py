@@ -23,11 +23,8 @@ preprocessor settings (448x448 tiles, 1..12 tiles plus a thumbnail, ImageNet mea
 with ``image_seq_length`` 256, and the template transformers' InternVL conversion publishes (images as
 ``<IMG_CONTEXT>\n``, videos as ``<video>\n``). No video processor: InternVL's needs torchvision.
 
-``family="glm4v"`` adds GLM-4.1V's tokens to the same Qwen BPE (``[gMASK]``, ``<sop>``, ``<|system|>``,
-``<|user|>``, ``<|assistant|>``, ``<|begin_of_image|>``, ``<|end_of_image|>``, ``<|image|>`` and the video ones),
-GLM-4.1V-9B-Thinking's public preprocessor settings (patch 14, merge 2, temporal 2, size 12544..9633792, CLIP
-mean/std), a template like its published one (images as ``<|begin_of_image|><|image|><|end_of_image|>``), and a
-``config.json`` with this tokenizer's image / video token ids. No video processor: GLM's needs torchvision.
+``family="glm4v"`` / ``"glm4v_moe"`` / ``"glm46v"``: GLM-4.1V / 4.5V / 4.6V folders (with ``video=True`` their
+video processor settings), built by ``folder_glm4v.py``.
 
 ``layout="hub"`` (default) writes the files as the hub holds them (``preprocessor_config.json``,
 and ``video_preprocessor_config.json`` with ``video=True``); ``layout="transformers5"`` writes what
@@ -336,40 +333,6 @@ PRESETS["internvl"] = {
     "template": INTERNVL_TEMPLATE,
 }  # fmt: skip
 
-# Like zai-org/GLM-4.1V-9B-Thinking's chat_template.jinja: [gMASK]<sop>, <|user|> / <|assistant|> turns,
-# images as <|begin_of_image|><|image|><|end_of_image|>, videos as <|begin_of_video|><|video|><|end_of_video|>.
-GLM4V_TEMPLATE = (
-    "[gMASK]<sop>{% for msg in messages %}"
-    "{% if msg.role == 'system' %}<|system|>\n"
-    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}{{ item.text }}{% endfor %}{% endif %}"
-    "{% elif msg.role == 'user' %}<|user|>\n"
-    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}"
-    "{% if item.type == 'video' or 'video' in item %}<|begin_of_video|><|video|><|end_of_video|>"
-    "{% elif item.type == 'image' or 'image' in item %}<|begin_of_image|><|image|><|end_of_image|>"
-    "{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}"
-    "{% elif msg.role == 'assistant' %}<|assistant|>\n"
-    "{% if msg.content is string %}{{ msg.content }}{% else %}{% for item in msg.content %}{{ item.text }}{% endfor %}{% endif %}"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-
-# GLM's special tokens the template and Glm4vProcessor use (added to the Qwen BPE).
-GLM4V_TOKENS = [
-    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|begin_of_image|>", "<|end_of_image|>",
-    "<|image|>", "<|begin_of_video|>", "<|end_of_video|>", "<|video|>",
-]  # fmt: skip
-
-# zai-org/GLM-4.1V-9B-Thinking preprocessor_config.json (pixels: size.shortest_edge .. size.longest_edge,
-# bounding temporal_patch_size * height * width).
-PRESETS["glm4v"] = {
-    "preprocessor": {
-        "size": {"shortest_edge": 12544, "longest_edge": 9633792}, "do_rescale": True, "patch_size": 14,
-        "temporal_patch_size": 2, "merge_size": 2, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
-        "image_processor_type": "Glm4vImageProcessor", "processor_class": "Glm4vProcessor",
-    },
-    "config": {"model_type": "glm4v", "architectures": ["Glm4vForConditionalGeneration"]},
-    "template": GLM4V_TEMPLATE,
-}  # fmt: skip
-
 # Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
 # releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
 VIDEO_PRESETS: dict[str, dict] = {
@@ -385,6 +348,7 @@ VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
 
 # family -> its builder module in this package (``build(target, *, layout, video) -> Path``); one line a family
 FOLDER_MODULES: dict[str, str] = {
+    "glm4v": "folder_glm4v", "glm4v_moe": "folder_glm4v_moe", "glm46v": "folder_glm46v",
     "kimi_k25": "folder_kimi_k25",
 }
 
@@ -423,10 +387,10 @@ def build_processor_dir(
         return module.build(Path(target), layout=layout, video=video)
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted({*PRESETS, *FOLDER_MODULES})}")
-    if family in ("gemma3", "internvl", "glm4v"):
+    if family in ("gemma3", "internvl"):
         if template != "published" or video:
             raise ValueError(f"a {family} folder has the published template only, and no video processor")
-        return {"gemma3": _build_gemma3, "internvl": _build_internvl, "glm4v": _build_glm4v}[family](Path(target), layout)
+        return {"gemma3": _build_gemma3, "internvl": _build_internvl}[family](Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -521,34 +485,6 @@ def _build_internvl(target: Path, layout: str) -> Path:
             (target / name).unlink()
         processor.save_pretrained(target)
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
-    return target
-
-
-def _build_glm4v(target: Path, layout: str) -> Path:
-    """The GLM-4V folder (see the module doc): the Qwen BPE plus GLM's tokens, hub files or save_pretrained's;
-    config.json carries the token ids of this tokenizer (the model's rope index finds the images by them)."""
-    import transformers
-    from transformers import AutoTokenizer
-    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
-
-    tokenizer_folder(target, layout, GLM4V_TEMPLATE, {"additional_special_tokens": GLM4V_TOKENS}, {})
-    preset = PRESETS["glm4v"]
-    (target / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor"], indent=2))
-    tokenizer = AutoTokenizer.from_pretrained(target)
-    if layout == "transformers5":
-        settings = {k: v for k, v in preset["preprocessor"].items() if not k.endswith(("_type", "_class"))}
-        # the real class under its own name, without the video processor (GLM's imports torchvision)
-        cls = type("Glm4vProcessor", (transformers.Glm4vProcessor,), {
-            "get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"]),
-            "check_argument_for_proper_class": lambda self, name, arg: None,
-        })  # fmt: skip
-        processor = cls(image_processor=Glm4vImageProcessorPil(**settings), tokenizer=tokenizer, chat_template=GLM4V_TEMPLATE)
-        (target / "preprocessor_config.json").unlink()
-        processor.save_pretrained(target)
-    ids = {f"{name}_token_id": tokenizer.convert_tokens_to_ids(f"<|{token}|>") for name, token in (
-        ("image", "image"), ("video", "video"), ("image_start", "begin_of_image"), ("image_end", "end_of_image"),
-        ("video_start", "begin_of_video"), ("video_end", "end_of_video"))}  # fmt: skip
-    (target / "config.json").write_text(json.dumps({**preset["config"], **ids}, indent=2))
     return target
 
 

@@ -15,11 +15,11 @@ from typing import ClassVar
 from ..config import VideoConfig
 from ..families import family_for
 from ..families.qwen import grid_thw, media_token_count
-from ..media import VideoSampling, image_size, probe_video, sample_video
+from ..media import VideoInfo, VideoSampling, image_size, probe_video, sample_video
 from ..reasons import DropError, Reason
 from .rules import ModelRules, resolve_video
 
-__all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "grid_thw", "media_token_count"]
+__all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "sample_for", "grid_thw", "media_token_count"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +36,16 @@ class VideoMedia:
 
 
 MediaInfo = ImageMedia | VideoMedia
+
+
+def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str = "video") -> VideoSampling:
+    """The frames and size for ``info``: the family's own sampling where its video processor samples frames
+    itself (``Family.sample_video``, GLM-4V), else the shared sampler (``media.sample_video``). Scan and
+    loader both call this, so they pick the same frames."""
+    family = family_for(rules.model_type)
+    if family is not None and hasattr(family, "sample_video"):
+        return family.sample_video(rules, info, settings, part=part)
+    return sample_video(info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
 
 
 def probe_media(
@@ -63,10 +73,7 @@ def probe_media(
     elif kind == "video":
         info = probe_video(data, part=part)
         settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
-        sampling = sample_video(
-            info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part
-        )
-        media = VideoMedia(sampling=sampling)
+        media = VideoMedia(sampling=sample_for(rules, info, settings, part=part))
     else:
         raise ValueError(f"unknown media kind {kind!r}")
     if check_grid and family is not None:  # e.g. Qwen-VL's aspect limit, so the drop is recorded at probe time

@@ -81,6 +81,7 @@ class ModelRules:
     tile_size: tuple[int, int] = (0, 0)  # InternVL: (height, width) of one tile, the image processor's size
     min_tiles: int = 1  # InternVL: the image processor's min_patches
     max_tiles: int = 0  # InternVL: its max_patches (<= 1: one resized tile, no thumbnail)
+    max_duration: int = 0  # GLM-4V: seconds its video processor samples at fps (longer: spread over the video)
     max_patches: int = 0  # Kimi-K2.5: the image processor's max_patches (patch budget of one image)
     max_side_patches: int = 0  # Kimi-K2.5: its size.max_height (patches along one side)
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
@@ -292,5 +293,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     if family is not None and not text_only:  # the family's own settings, and what it refuses to count
         settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
-    folder = _folder_video(video_pre, qwen3=rules.qwen3)
-    return dataclasses.replace(rules, video=resolve_video(video, folder, factor=rules.factor))
+    # a family whose video processor samples frames itself (GLM-4V) gives its defaults under the folder's
+    own = family.video_defaults() if family is not None and hasattr(family, "video_defaults") else None
+    folder = _folder_video(video_pre, qwen3=rules.qwen3 or own is not None)
+    return dataclasses.replace(rules, video=resolve_video(video, folder, own, factor=rules.factor))
