@@ -6,7 +6,9 @@ Two oracles that are not our code:
   package imports torchvision at module level, so it cannot be imported here; its documented
   constants and formulas are written out below (``_qwen_vl_utils_recipe``), with transformers'
   ``smart_resize`` (the same function qwen-vl-utils ships) for the resize. Hand-checked
-  golden numbers pin the constants.
+  golden numbers pin the constants. In ``.venv-ref`` (torchvision) the real package runs: its
+  ``smart_nframes`` on the metadata cases, and its ``fetch_video`` (decord) on real clips, whose frames and
+  size, fed to the real ``AutoProcessor`` (Qwen3-VL, Qwen3.5) as Qwen's model cards do, give the count.
 - transformers' own ``Qwen3VLVideoProcessor`` loaded from the folder (hub
   ``video_preprocessor_config.json`` and transformers-5 ``processor_config.json``): its real
   ``sample_frames`` gives the frame indices; its ``resize`` needs torchvision, so the size comes
@@ -16,6 +18,7 @@ Two oracles that are not our code:
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -158,3 +161,61 @@ def test_transformers5_folder_without_preprocessor_config_counts_on_the_fast_pat
     rules = load_model_rules(_config(make_config, directory).model)
     assert rules.fast and (rules.patch_size, rules.min_pixels, rules.max_pixels) == (14, 3136, 12845056)
     assert (rules.video.min_pixels, rules.video.max_pixels, rules.video.sampler) == (100352, 602112, "qwen_vl_utils")
+
+
+# -- the real qwen-vl-utils (PyPI, imports torchvision): .venv-ref only -----------------------------------------
+# (n_frames, fps, width, height) of real clips for fetch_video: short, odd count, 25 fps, 4:3, 16:9
+CLIPS = [(30, 10, 96, 64), (7, 5, 64, 48), (100, 25, 160, 90), (9, 3, 320, 240), (61, 30, 128, 72)]
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_sampler_frame_counts_equal_the_real_smart_nframes(tmp_path, make_config, family):
+    from qwen_vl_utils.vision_process import smart_nframes
+
+    rules = load_model_rules(_config(make_config, build_processor_dir(tmp_path, family)).model)
+    for n_frames, fps, height, width in VIDEOS:
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord")
+        got = sample_video(info, rules.video, factor=rules.factor, temporal_factor=rules.temporal_patch_size)
+        assert got.n_frames == smart_nframes({}, total_frames=n_frames, video_fps=fps), (n_frames, fps)
+        assert got.n_frames == _qwen_vl_utils_recipe(n_frames, fps, height, width, rules.patch_size)[0]
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_video_dir(tmp_path_factory):
+    from vlmpack_offline.synthetic import folder_qwen3_5
+
+    return folder_qwen3_5.build(tmp_path_factory.mktemp("qwen3_5_video"), video=True)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_qwen_vl_utils_recipe_counts_equal_fetch_video_and_the_processor(tmp_path, make_config, family, qwen3_5_video_dir):
+    """``video.sampler: qwen_vl_utils`` = Qwen's own recipe: the frames and size of the real ``fetch_video``
+    (decord reader, its defaults for patch 16), and the count of the real ``AutoProcessor`` run the way
+    Qwen's model cards run it on fetch_video's output (``do_resize=False``, ``do_sample_frames=False``)."""
+    from qwen_vl_utils.vision_process import fetch_video
+    from transformers import AutoProcessor
+
+    from vlmpack_offline.conversation import parse_conversation
+
+    directory = qwen3_5_video_dir if family == "qwen3_5" else build_processor_dir(tmp_path / "p", family, video=True)
+    counter = make_counter(_config(make_config, directory, sampler="qwen_vl_utils"))
+    processor = AutoProcessor.from_pretrained(directory)
+    pads = {processor.tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>")}
+    for index, clip in enumerate(CLIPS):
+        data = video_bytes(*clip, seed=index)
+        path = tmp_path / f"clip{index}.mp4"
+        path.write_bytes(data)
+        video, metadata = fetch_video({"video": str(path)}, image_patch_size=16, return_video_metadata=True)
+        item = counter.probe("video", data, part="v.mp4")
+        assert item.sampling.frame_indices == tuple(metadata["frames_indices"]), clip
+        assert (item.sampling.resized_height, item.sampling.resized_width) == tuple(video.shape[-2:]), clip
+        messages = [{"role": "user", "content": [{"type": "video", "video": "v.mp4"}, {"type": "text", "text": "Go."}]},
+                    {"role": "assistant", "content": "Done."}]  # fmt: skip
+        conversation = parse_conversation(json.dumps({"messages": messages}).encode(), key="k", parts=["v.mp4"])
+        text = processor.tokenizer.apply_chat_template(messages, tokenize=False)
+        ids = processor(text=[text], videos=[video], video_metadata=[VideoMetadata(**metadata)], do_resize=False,
+                        do_sample_frames=False)["input_ids"][0]  # fmt: skip
+        count = counter.count(conversation, [item])
+        assert (count.token_len, count.media_tokens) == (len(ids), sum(i in pads for i in ids)), clip
