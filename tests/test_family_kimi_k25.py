@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,10 @@ LAYOUTS = ("hub", "transformers5")
 PATH_LINE = "kimi_k25: fast path (NaViT patch grid from headers: patch 14, merge 2, max 16384 patches, 512 per side)"
 
 # (width, height): below one patch, one patch, around the 28 px factor, wide / tall, 5000:1, past the
-# 16384-patch budget (2000x2000, 4000x3000), past 512 patches on one side (8000x100, 100x8000)
+# 16384-patch budget (2100x1600: 150 x 114 patches), past 512 patches on one side (8000x100, 100x8000)
 SIZES = [
     (1, 1), (13, 13), (14, 14), (27, 29), (28, 28), (100, 100), (1000, 300), (300, 1000), (5000, 1), (1, 5000),
-    (1920, 1080), (777, 333), (2000, 2000), (4000, 3000), (8000, 100), (100, 8000),
+    (1920, 1080), (777, 333), (2100, 1600), (8000, 100), (100, 8000),
 ]  # fmt: skip
 
 
@@ -119,6 +120,7 @@ def test_navit_resize_equals_transformers():
             assert navit_resize(height, width, patch, merge, budget, side) == expected, (height, width, patch)
 
 
+@pytest.mark.slow
 @pytest.mark.torchvision
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_scan_counts_equal_the_real_kimi_processor(tmp_path, layout, kimi_dirs, wds):
@@ -132,9 +134,10 @@ def test_scan_counts_equal_the_real_kimi_processor(tmp_path, layout, kimi_dirs, 
     assert (processor.image_processor.max_patches, processor.image_token) == (16384, "<|media_pad|>")
     seen = _scan_matches_reference(tmp_path, wds, directory, processor, PATH_LINE)
     assert seen["text"] >= 2 and seen["image"] >= 4 and seen["multi"] >= len(SIZES), seen
-    assert seen["video"] >= 2 and seen["budget"] >= 5, seen
+    assert seen["video"] >= 2 and seen["budget"] >= 3, seen
 
 
+@pytest.mark.slow
 @pytest.mark.torchvision
 def test_processor_kwargs_change_the_grid_as_in_the_processor(tmp_path, kimi_dirs, wds):
     """max_patches / size / patch settings from model.processor_kwargs, as ``from_pretrained`` takes them."""
@@ -149,6 +152,7 @@ def test_processor_kwargs_change_the_grid_as_in_the_processor(tmp_path, kimi_dir
     assert seen["multi"] >= len(SIZES) and seen["budget"] >= len(SIZES), seen
 
 
+@pytest.mark.slow
 @pytest.mark.torchvision
 def test_materialize_gives_the_processor_input_ids(kimi_dirs, wds, make_config):
     from transformers import AutoProcessor
@@ -217,8 +221,8 @@ def test_settings_are_read_from_both_layouts_and_processor_kwargs(tmp_path, kimi
             load_model_rules(config.model)
 
 
-def test_a_remote_code_media_proc_cfg_folder_is_refused(tmp_path, make_config):
-    directory = build_processor_dir(tmp_path / "remote", "kimi_k25")
+def test_a_remote_code_media_proc_cfg_folder_is_refused(tmp_path, kimi_dirs, make_config):
+    directory = Path(shutil.copytree(kimi_dirs["hub"], tmp_path / "remote"))
     settings = {"media_proc_cfg": {"in_patch_limit": 16384, "patch_size": 14, "merge_kernel_size": 2,
                                    "patch_limit_on_one_side": 512}}  # fmt: skip
     (directory / "preprocessor_config.json").write_text(json.dumps(settings))
