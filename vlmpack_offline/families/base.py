@@ -91,3 +91,9 @@ class Family(Protocol):
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         """Tokens of ``replacement_text`` (see the module doc) without building it."""
         ...
+
+    # Optional: ``in_sample(rules, media) -> tuple[MediaInfo, ...]``, the sample's items (in order) as the
+    # processor sees them within their sample, handed to replacement_size / replacement_text instead of
+    # the bare items; for a family whose count of an item depends on the rest of its sample (LLaVA-OneVision:
+    # a sample's only image is tiled, the images of a multi-image sample are not). Without it each item
+    # expands alone (``tokens.expansion.Expander.in_sample``).

@@ -114,6 +114,8 @@ class PackEncoder:
             self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
         tokenizer = self.counter.tokenizer
         self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
+        # LLaVA-OneVision: a sub-sample's images go through one processor call (ProcessorImages.images)
+        self.images_per_sample = bool(getattr(family_for(self.rules.model_type), "images_per_sample", False))
 
     @classmethod
     def from_packed_dir(
@@ -137,14 +139,17 @@ class PackEncoder:
     # -- one sub-sample -------------------------------------------------------------------------
     def _segment(self, pack_id: int, sub: PackedSubSample, media: Mapping[str, bytes]) -> _Segment:
         conversation = _conversation(sub)
-        infos, tensors, seconds = [], [], []
+        infos, tensors, seconds, together = [], [], [], []
         for ref in conversation.media:
             if ref.part not in media:
                 raise KeyError(f"pack {pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
             data = media[ref.part]
             if ref.kind == "image":
                 infos.append(probe_media("image", data, rules=self.rules, video=self.config.video, part=ref.part))
-                tensors.append(self.media.image(data))
+                if self.images_per_sample:
+                    together.append(data)
+                else:
+                    tensors.append(self.media.image(data))
             else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
                 video = probe_video(data, part=ref.part)
                 sampling = sample_for(
@@ -156,6 +161,8 @@ class PackEncoder:
                 tensors.append(self.media.frames(frames, sampling))
                 sampled_fps = sampling.n_frames / video.n_frames * video.native_fps  # HF VideoMetadata.sampled_fps
                 seconds.append(self.rules.temporal_patch_size / sampled_fps)
+        if together:
+            tensors.insert(0, self.media.images(together))
         materialized = self.counter.materialize(conversation, infos)
         input_ids, assistant_mask = materialized.input_ids, materialized.assistant_mask
         if self.options.check_lengths and len(input_ids) != sub.token_len:

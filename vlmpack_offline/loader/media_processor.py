@@ -140,6 +140,14 @@ class ProcessorImages:
             out = self.processor(text=[self.image_pad], images=[img], return_tensors="pt", **overrides)
         return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
 
+    def images(self, datas: list[bytes]) -> dict[str, torch.Tensor]:
+        """The image fields of one sub-sample's images from ONE processor call, the images as one list (as
+        ``apply_chat_template`` passes a conversation's): for a family whose processor treats a sample's images
+        together (LLaVA-OneVision: ``batch_num_images``; a sample's only image is tiled, the others not)."""
+        opened = [Image.open(io.BytesIO(data)) for data in datas]  # as opened: no EXIF transpose, like the scan
+        out = self.processor(text=[self.image_pad * len(opened)], images=[opened], return_tensors="pt")
+        return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
+
     resized_frames = False  # frames() takes the sampled frames at their decoded size: the video processor resizes
 
     def frames(self, frames: np.ndarray, sampling) -> dict[str, torch.Tensor]:

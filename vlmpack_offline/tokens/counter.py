@@ -199,7 +199,8 @@ class TokenCounter:
 
     def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
         expected = [m.kind for m in conversation.media]
-        if list(found) != expected:
+        if sorted(found) != sorted(expected):  # HF processors pair the i-th pad of a kind with the i-th item of it,
+            # so a template may render kinds in another order (LLaVA-OneVision: a turn's images before its videos)
             raise DropError(
                 Reason.UNKNOWN_FORMAT,
                 f"the chat template rendered media pads {list(found)} for media items {expected}; "
@@ -241,7 +242,7 @@ class TokenCounter:
                 if found_spans is not None:
                     _require_span(found_spans)
                 token_len, media_tokens = len(ids), 0
-                for item in media:
+                for item in self.expander.in_sample(media):
                     size = self.expander.replacement_size(item)
                     token_len += size.tokens - 1
                     media_tokens += size.media_tokens
@@ -275,7 +276,9 @@ class TokenCounter:
         starts: list[int] = []  # rendered-text start of each pad, for mapping spans
         shifts: list[int] = []  # cumulative length change after each pad
         last, shift = 0, 0
-        for match, item in zip(matches, media, strict=True):
+        by_kind = {kind: iter([i for i in self.expander.in_sample(media) if i.kind == kind]) for kind in pad_kind.values()}
+        for match in matches:  # the i-th pad of a kind takes the i-th item of that kind, as the processors pair them
+            item = next(by_kind[pad_kind[match.group()]])
             pieces.append(rendered[last : match.start()])
             replacement = self.expander.replacement_text(item)
             begin = match.start() + shift

@@ -10,6 +10,7 @@ the count exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from ..families import Size, SpecialTokens, family_for
@@ -45,6 +46,12 @@ class Expander:
         if self.family is None:
             return texts
         return [self.family.compact_text(text, self.special) for text in texts]
+
+    def in_sample(self, media: Sequence[MediaInfo]) -> Sequence[MediaInfo]:
+        """The sample's items as its family expands them within their sample (``Family.in_sample``,
+        optional); the items themselves for a family whose items expand alone."""
+        hook = getattr(self.family, "in_sample", None)
+        return media if hook is None else hook(self.rules, media)
 
     def replacement_text(self, media: MediaInfo) -> str:
         """The exact string the HF processor puts in place of this item's pad."""

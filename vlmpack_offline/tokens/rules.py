@@ -81,6 +81,9 @@ class ModelRules:
     tile_size: tuple[int, int] = (0, 0)  # InternVL: (height, width) of one tile, the image processor's size
     min_tiles: int = 1  # InternVL: the image processor's min_patches
     max_tiles: int = 0  # InternVL: its max_patches (<= 1: one resized tile, no thumbnail)
+    grid_pinpoints: tuple[tuple[int, int], ...] = ()  # LLaVA-OneVision: image_grid_pinpoints (height, width)
+    vision_aspect_ratio: str = ""  # LLaVA-OneVision: anyres_max_N (a lone image's grid shrinks past N tiles)
+    feature_select_strategy: str = ""  # LLaVA-OneVision: vision_feature_select_strategy ("default": one token less)
     max_duration: int = 0  # GLM-4V: seconds its video processor samples at fps (longer: spread over the video)
     max_patches: int = 0  # Kimi-K2.5: the image processor's max_patches (patch budget of one image)
     max_side_patches: int = 0  # Kimi-K2.5: its size.max_height (patches along one side)
