@@ -12,13 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vlmpack_offline.output.shard_plan import assign_shards
-from vlmpack_offline.plan_file import Pack
 from vlmpack_offline.stages.write import _EagerAssigner
-
-
-def _plan(splits: list[str]) -> list[Pack]:
-    return [Pack(pack_id=i, split=s, media_type="image", sample_ids=(f"s{i}",), sample_token_lens=(10,))
-            for i, s in enumerate(splits)]  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
@@ -29,17 +23,15 @@ def _plan(splits: list[str]) -> list[Pack]:
     maxsize=st.sampled_from([10_240, 50_000, 120_000, 10**12]),
 )
 def test_eager_closing_gives_the_shards_of_assign_shards(splits, sizes, maxcount, maxsize):
-    packs = _plan(splits)
-    expected = assign_shards(packs, sizes[: len(packs)], maxcount=maxcount, maxsize=maxsize)
-    eager = _EagerAssigner(packs, maxcount=maxcount, maxsize=maxsize)
-    jobs = [job for position in range(len(packs)) for job in eager.add(position, sizes[position])]
+    expected = assign_shards(splits, sizes[: len(splits)], maxcount=maxcount, maxsize=maxsize)
+    eager = _EagerAssigner(splits, maxcount=maxcount, maxsize=maxsize)
+    jobs = [job for position in range(len(splits)) for job in eager.add(position, sizes[position])]
     jobs += eager.finish()
     assert jobs == expected
 
 
 def test_a_full_shard_is_handed_over_with_its_last_pack():
-    packs = _plan(["train"] * 5)
-    eager = _EagerAssigner(packs, maxcount=2, maxsize=10**12)
+    eager = _EagerAssigner(["train"] * 5, maxcount=2, maxsize=10**12)
     handed = [[job.index for job in eager.add(position, 1024)] for position in range(5)]
     assert handed == [[], [0], [], [1], []]  # ShardAssigner alone: [], [], [0], [], [1]
     assert [job.index for job in eager.finish()] == [2]

@@ -179,10 +179,11 @@ def read_plan_arrays(work_dir: str | Path) -> PlanArrays:
     return PlanArrays(group_names=tuple(meta.get("groups", ())), **arrays)
 
 
-def read_plan(work_dir: str | Path) -> Iterator[Pack]:
-    """The plan's packs in training order (ids from the file, or resolved from the manifest's ok rows)."""
+def read_plan(work_dir: str | Path, plan: PlanArrays | None = None) -> Iterator[Pack]:
+    """The plan's packs in training order (ids from the file, or resolved from the manifest's ok rows),
+    built a block at a time; ``plan``: its arrays when the caller has them loaded already."""
     meta = read_plan_meta(work_dir) or {}
-    plan = read_plan_arrays(work_dir)
+    plan = plan if plan is not None else read_plan_arrays(work_dir)
     ids_of = _stored_ids(plan) if plan.id_bytes is not None else _manifest_ids(work_dir, meta, plan)
     offsets = plan.pack_offsets
     for first in range(0, plan.n_packs, _BLOCK):

@@ -8,6 +8,7 @@
     internvl.py internvl: image_seq_length <IMG_CONTEXT> per tile, tiles from the image size, no video, 1-D
     llava_onevision.py llava_onevision: anyres <image> count (lone image) or 730 (multi-image), pooled video frames, 1-D
     glm4v.py   glm4v, glm4v_moe, glm46v: <|image|> grid from GLM's smart_resize, video blocks per temporal patch, mRoPE
+    pixtral.py mistral3: Pixtral's [IMG] rows + [IMG_BREAK] / [IMG_END] from the resized size, no video, 1-D
     kimi_k25.py kimi_k25: <|media_pad|> grid from Kimi's navit_resize, no video, 1-D positions
 
 A ``model_type`` with a module here is counted from image headers and video
@@ -21,6 +22,7 @@ from .base import Family, Size, SpecialTokens
 from .gemma3 import GEMMA3
 from .glm4v import GLM4V, GLM46V
 from .internvl import INTERNVL
+from .pixtral import MISTRAL3
 from .kimi_k25 import KIMI_K25
 from .llava_onevision import LLAVA_ONEVISION
 from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
@@ -30,7 +32,7 @@ __all__ = [
     "family_for",
 ]  # fmt: skip
 
-FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V, GLM46V, KIMI_K25, LLAVA_ONEVISION) for model_type in family.model_types}
+FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V, GLM46V, MISTRAL3, KIMI_K25, LLAVA_ONEVISION) for model_type in family.model_types}
 FAST_FAMILIES = frozenset(FAMILIES)  # model types counted from sizes (fast path)
 
 

@@ -239,4 +239,12 @@ def media_processor_for(
 
     if isinstance(family, QwenFamily):
         return MediaProcessor.from_processor_dir(path, **processor_kwargs)
+    from transformers.utils import is_torchvision_available
+
+    from ..families.pixtral import PixtralFamily
+
+    if isinstance(family, PixtralFamily) and not is_torchvision_available():  # PixtralProcessor imports torchvision
+        from .pixtral_images import PixtralImages
+
+        return PixtralImages.from_processor_dir(path, **processor_kwargs)
     return ProcessorImages.from_processor_dir(path, image_pad, **processor_kwargs)

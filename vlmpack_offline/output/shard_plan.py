@@ -22,8 +22,6 @@ import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..plan_file import Pack
-
 __all__ = ["SHARD_NAME", "ShardJob", "ShardAssigner", "assign_shards", "tar_file_size"]
 
 SHARD_NAME = "pretrain-{:06d}.tar"
@@ -35,13 +33,16 @@ _RECORD = tarfile.RECORDSIZE  # tarfile pads the archive to a multiple of this
 class ShardJob:
     index: int  # shard number in the file name
     split: str  # "train" or "val"
-    packs: tuple[Pack, ...]  # packs in the order they are written
-    positions: tuple[int, ...]  # each pack's position in the plan
+    positions: tuple[int, ...]  # the plan positions (= pack ids) of its packs, in the order they are written
     tar_bytes: int  # exact size of the finished tar (lets a resumed run spot a cut-short file)
 
     @property
     def name(self) -> str:
         return SHARD_NAME.format(self.index)
+
+    @property
+    def n_packs(self) -> int:
+        return len(self.positions)
 
 
 def tar_file_size(member_bytes: int) -> int:
@@ -50,16 +51,18 @@ def tar_file_size(member_bytes: int) -> int:
 
 
 class _Open:
-    __slots__ = ("packs", "positions", "used")
+    __slots__ = ("positions", "used")
 
     def __init__(self) -> None:
-        self.packs: list[Pack] = []
         self.positions: list[int] = []
         self.used = 0
 
 
 class ShardAssigner:
-    """Feed packs in plan order with their tar bytes; get shards back as they close."""
+    """Feed packs in plan order (split, position, tar bytes); get shards back as they close.
+
+    Only splits and positions are kept, not the packs: the write stage never holds the plan's sample
+    ids in Python objects beyond the chunk it describes."""
 
     def __init__(self, *, maxcount: int, maxsize: int) -> None:
         self.maxcount = maxcount
@@ -72,24 +75,22 @@ class ShardAssigner:
         job = ShardJob(
             index=self._next,
             split=split,
-            packs=tuple(shard.packs),
             positions=tuple(shard.positions),
             tar_bytes=tar_file_size(shard.used),
         )
         self._next += 1
         return job
 
-    def add(self, pack: Pack, position: int, size: int) -> list[ShardJob]:
+    def add(self, split: str, position: int, size: int) -> list[ShardJob]:
         closed = []
-        shard = self._open.get(pack.split)
-        if shard is not None and shard.packs and (
-            len(shard.packs) >= self.maxcount or tar_file_size(shard.used + size) > self.maxsize
+        shard = self._open.get(split)
+        if shard is not None and shard.positions and (
+            len(shard.positions) >= self.maxcount or tar_file_size(shard.used + size) > self.maxsize
         ):
-            closed.append(self._close(pack.split))
+            closed.append(self._close(split))
             shard = None
         if shard is None:
-            shard = self._open.setdefault(pack.split, _Open())
-        shard.packs.append(pack)
+            shard = self._open.setdefault(split, _Open())
         shard.positions.append(position)
         shard.used += size
         return closed
@@ -98,8 +99,8 @@ class ShardAssigner:
         return [self._close(split) for split in list(self._open)]
 
 
-def assign_shards(packs: Sequence[Pack], pack_bytes: Sequence[int], *, maxcount: int, maxsize: int) -> list[ShardJob]:
-    """The whole assignment at once; ``pack_bytes[i]`` is the bytes pack ``i`` takes inside a tar."""
+def assign_shards(splits: Sequence[str], pack_bytes: Sequence[int], *, maxcount: int, maxsize: int) -> list[ShardJob]:
+    """The whole assignment at once; pack ``i`` is of ``splits[i]`` and takes ``pack_bytes[i]`` inside a tar."""
     assigner = ShardAssigner(maxcount=maxcount, maxsize=maxsize)
-    jobs = [job for i, (pack, size) in enumerate(zip(packs, pack_bytes, strict=True)) for job in assigner.add(pack, i, size)]
+    jobs = [job for i, (split, size) in enumerate(zip(splits, pack_bytes, strict=True)) for job in assigner.add(split, i, size)]
     return jobs + assigner.finish()

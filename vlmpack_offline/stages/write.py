@@ -47,8 +47,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 
 from ..artifacts import atomic_write_text, fingerprint
@@ -70,7 +71,7 @@ from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
-from ..plan_file import Pack, plan_path, read_plan, read_plan_meta
+from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
 
@@ -262,10 +263,10 @@ def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ..
     ]
 
 
-def _chunk_ids(packs: list[Pack], job: ShardJob) -> dict[int, list[int]]:
-    """The pack ids of every scratch chunk ``job`` reads (what its task needs of the plan)."""
+def _chunk_ids(n_packs: int, job: ShardJob) -> dict[int, list[int]]:
+    """The pack ids of every scratch chunk ``job`` reads (what its task needs of the plan; ids are positions)."""
     chunks = sorted({position // _SIZE_CHUNK for position in job.positions})
-    return {c: [p.pack_id for p in packs[c * _SIZE_CHUNK : (c + 1) * _SIZE_CHUNK]] for c in chunks}
+    return {c: list(range(c * _SIZE_CHUNK, min((c + 1) * _SIZE_CHUNK, n_packs))) for c in chunks}
 
 
 def _chunk_for_writing(config: Config, fp: str, pack_ids: list[int], chunk_no: int) -> list[Described]:
@@ -286,7 +287,7 @@ def _write_shard(
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
     loaded: dict[int, list] = {}
     try:
-        for pack, position in zip(job.packs, job.positions, strict=True):
+        for position in job.positions:
             chunk_no = position // _SIZE_CHUNK
             if chunk_no not in loaded:
                 loaded = {chunk_no: _chunk_for_writing(config, fp, chunk_ids[chunk_no], chunk_no)}
@@ -295,7 +296,7 @@ def _write_shard(
             members.extend((part, files.range(shard, offset, size)) for part, shard, offset, size in media)
             if ids_npy is not None:
                 members.append((IDS_PART, ids_npy))
-            writer.add_sample(pack_key(pack.pack_id), members)
+            writer.add_sample(pack_key(position), members)
             files.settle()  # the pack's source ranges are copied: their files may be closed
         size = writer.bytes_written
         writer.finish()
@@ -304,10 +305,10 @@ def _write_shard(
         raise
     finally:
         files.close()
-    return job.name, len(job.packs), size
+    return job.name, job.n_packs, size
 
 
-def _described_sizes(config: Config, chunks: list) -> Iterator[list[int]]:
+def _described_sizes(config: Config, chunks: Iterable[tuple], *, n_chunks: int) -> Iterator[list[int]]:
     """``_describe_packs`` over the chunks in plan order: in ``workers`` forked processes (one at
     ``workers: 1``, so this process's writer threads never wait on the describing for the GIL; in
     this process when there is a single chunk), or one Ray task per chunk (``process.executor: ray``).
@@ -315,9 +316,9 @@ def _described_sizes(config: Config, chunks: list) -> Iterator[list[int]]:
     The pool forks its processes at the first submit, before any writer thread exists; a worker
     killed from outside ends the stage with one line (``executor.WorkerDiedError``).
     """
-    workers = min(config.process.workers, len(chunks))
+    workers = min(config.process.workers, n_chunks)
     yield from stage_map(config.process, _describe_packs, chunks, workers=workers, ordered=True,
-                         stage="write-describe", own_process=len(chunks) > 1)  # fmt: skip
+                         stage="write-describe", own_process=n_chunks > 1)  # fmt: skip
 
 
 def _shard_writers(config: Config, shared: tuple):
@@ -356,27 +357,26 @@ class _EagerAssigner:
     ones ``assign_shards`` gives (tests/test_write_stage_assigner.py).
     """
 
-    def __init__(self, packs: list[Pack], *, maxcount: int, maxsize: int) -> None:
-        self._packs = packs
+    def __init__(self, splits: Sequence[str], *, maxcount: int, maxsize: int) -> None:
+        self._splits = splits  # each plan position's split
         self._maxcount = maxcount
         self._inner = ShardAssigner(maxcount=maxcount, maxsize=maxsize)
         self._open: dict[str, int] = {}  # packs in each split's open shard
 
     def add(self, position: int, size: int) -> list[ShardJob]:
-        pack = self._packs[position]
-        closed = self._inner.add(pack, position, size)
+        split = self._splits[position]
+        closed = self._inner.add(split, position, size)
         for job in closed:
-            self._open[job.split] -= len(job.packs)
-        self._open[pack.split] = self._open.get(pack.split, 0) + 1
-        following = self._packs[position + 1] if position + 1 < len(self._packs) else None
+            self._open[job.split] -= job.n_packs
+        self._open[split] = self._open.get(split, 0) + 1
+        following = self._splits[position + 1] if position + 1 < len(self._splits) else None
         if (
-            self._open[pack.split] >= self._maxcount
-            and following is not None
-            and following.split == pack.split
-            and not any(n for split, n in self._open.items() if split != pack.split)
+            self._open[split] >= self._maxcount
+            and following == split
+            and not any(n for other, n in self._open.items() if other != split)
         ):
             closed += self._inner.finish()  # closes only this split's shard: the others are empty
-            self._open[pack.split] = 0
+            self._open[split] = 0
         return closed
 
     def finish(self) -> list[ShardJob]:
@@ -391,7 +391,7 @@ def _reserve_through(needed: int) -> int:
 
 
 def _describe_and_write(
-    config: Config, fp: str, shard_paths: dict[str, str], packs: list[Pack], recorded: int, reserved: int
+    config: Config, fp: str, shard_paths: dict[str, str], plan: PlanArrays, recorded: int, reserved: int
 ) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
@@ -400,13 +400,18 @@ def _describe_and_write(
     ``shards`` count (``reserved`` ahead, ``_reserve_through``) before its file is created; a
     shard counts as already written only when the marker of an earlier run recorded it
     (``recorded``) and its files have their exact sizes. Returns (all shards, shards written).
+
+    The plan stays in its arrays: ``Pack`` records (with their sample ids) exist only for the chunks
+    being described, streamed from ``read_plan``.
     """
     out_dir = config.packed_wds_dir
-    chunks = [
-        (config, fp, shard_paths, i // _SIZE_CHUNK, tuple(packs[i : i + _SIZE_CHUNK]))
-        for i in range(0, len(packs), _SIZE_CHUNK)
-    ]
-    assigner = _EagerAssigner(packs, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
+    packs = read_plan(config.work_dir, plan)
+    chunks = (
+        (config, fp, shard_paths, first // _SIZE_CHUNK, tuple(islice(packs, min(_SIZE_CHUNK, plan.n_packs - first))))
+        for first in range(0, plan.n_packs, _SIZE_CHUNK)
+    )
+    splits = _SplitsOf(plan)
+    assigner = _EagerAssigner(splits, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
     jobs: list[ShardJob] = []
     started = [reserved]  # shards 0 .. started-1 are in the marker
     with _shard_writers(config, (config, fp, shard_paths)) as writers:
@@ -416,16 +421,16 @@ def _describe_and_write(
             for job in ready:
                 jobs.append(job)
                 done = job.index < recorded and shard_is_done(  # kept only if an earlier run recorded it
-                    out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=len(job.packs)
+                    out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=job.n_packs
                 )
                 if not done:
                     if job.index >= started[0]:
                         started[0] = _reserve_through(job.index + 1)
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
-                    futures.append(writers.submit((job, _chunk_ids(packs, job))))
+                    futures.append(writers.submit((job, _chunk_ids(plan.n_packs, job))))
 
         position = 0
-        for sizes in _described_sizes(config, chunks):
+        for sizes in _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK)):
             for size in sizes:
                 submit(assigner.add(position, size))
                 position += 1
@@ -463,7 +468,20 @@ def _check_scan_inputs(config: Config, manifest: Manifest) -> None:
         )
 
 
-def _load_plan(config: Config) -> tuple[dict, list[Pack]]:
+class _SplitsOf(Sequence):
+    """Each plan position's split name, read from the plan's int8 array (no per-pack objects)."""
+
+    def __init__(self, plan: PlanArrays) -> None:
+        self._codes = plan.split
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __getitem__(self, position):  # type: ignore[override]
+        return SPLITS[self._codes[position]]
+
+
+def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
     meta = read_plan_meta(config.work_dir)
     if meta is None or not plan_path(config.work_dir).is_file():
         raise PlanError(f"no finished plan in {config.work_dir}: run `vlmpack plan --config {config.source}` first")
@@ -475,7 +493,7 @@ def _load_plan(config: Config) -> tuple[dict, list[Pack]]:
             f"the plan was made for capacity {capacity} but sample.max_token_len is "
             f"{config.sample.max_token_len}: rerun `vlmpack bucket` and `vlmpack plan`"
         )
-    return meta, list(read_plan(config.work_dir))
+    return meta, read_plan_arrays(config.work_dir)
 
 
 def run(config: Config) -> StageResult:
@@ -485,7 +503,7 @@ def run(config: Config) -> StageResult:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)
-    meta, packs = _load_plan(config)
+    meta, plan = _load_plan(config)
     if not manifest_path(config.work_dir).is_file():
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
     with Manifest(manifest_path(config.work_dir)) as manifest:
@@ -511,7 +529,7 @@ def run(config: Config) -> StageResult:
     reserved = _reserve_through(recorded)  # names for the first shards, recorded before any describing
     _write_marker(out_dir, fp, complete=False, shards=reserved)
 
-    jobs, n_written = _describe_and_write(config, fp, shard_paths, packs, recorded, reserved)
+    jobs, n_written = _describe_and_write(config, fp, shard_paths, plan, recorded, reserved)
     fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
     clear_scratch(out_dir)
 
@@ -521,13 +539,13 @@ def run(config: Config) -> StageResult:
     split_parts.setdefault("train", [])
     write_dataset_yaml(out_dir, config.sample.sample_type)
     write_split_yaml(out_dir, split_parts)
-    write_info_json(out_dir, {job.name: len(job.packs) for job in jobs})
+    write_info_json(out_dir, {job.name: job.n_packs for job in jobs})
     write_packed_settings(out_dir, settings)
     if config.write.energon_prepare:
         run_energon_prepare(out_dir, split_parts, config.process.workers)
     counts = {
-        "packs": len(packs),
-        "samples": sum(len(p.sample_ids) for p in packs),
+        "packs": plan.n_packs,
+        "samples": int(plan.pack_offsets[-1]) if plan.n_packs else 0,
         "shards": len(jobs),
         "shards_written": n_written,
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),

@@ -348,6 +348,7 @@ VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
 
 # family -> its builder module in this package (``build(target, *, layout, video) -> Path``); one line a family
 FOLDER_MODULES: dict[str, str] = {
+    "mistral3": "folder_mistral3",
     "llava_onevision": "folder_llava_onevision",
     "glm4v": "folder_glm4v", "glm4v_moe": "folder_glm4v_moe", "glm46v": "folder_glm46v",
     "kimi_k25": "folder_kimi_k25",

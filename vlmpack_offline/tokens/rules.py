@@ -81,6 +81,7 @@ class ModelRules:
     tile_size: tuple[int, int] = (0, 0)  # InternVL: (height, width) of one tile, the image processor's size
     min_tiles: int = 1  # InternVL: the image processor's min_patches
     max_tiles: int = 0  # InternVL: its max_patches (<= 1: one resized tile, no thumbnail)
+    max_size: tuple[int, int] = (0, 0)  # Pixtral / Mistral3: (height, width) bound of the resize (size.longest_edge)
     grid_pinpoints: tuple[tuple[int, int], ...] = ()  # LLaVA-OneVision: image_grid_pinpoints (height, width)
     vision_aspect_ratio: str = ""  # LLaVA-OneVision: anyres_max_N (a lone image's grid shrinks past N tiles)
     feature_select_strategy: str = ""  # LLaVA-OneVision: vision_feature_select_strategy ("default": one token less)
@@ -231,7 +232,7 @@ def _int_settings(merged: dict) -> dict:
     """patch/merge/temporal sizes and min/max pixels (min_pixels/max_pixels win over size, as in HF)."""
     settings: dict = {}
     for name in ("patch_size", "merge_size", "temporal_patch_size"):
-        if merged.get(name) is not None:
+        if merged.get(name) is not None and not isinstance(merged[name], dict):  # Pixtral: {"height", "width"}
             settings[name] = int(merged[name])
     size = dict(merged.get("size") or {})
     for name, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
