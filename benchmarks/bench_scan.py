@@ -2,7 +2,7 @@
 
 Baseline (what the published offline-packing tool does): for every sample, decode
 each image and run the real processor (``Qwen2_5_VLProcessor`` with
-``Qwen2VLImageProcessorPil``; for ``--family gemma3`` / ``internvl`` that family's own processor with its
+``Qwen2VLImageProcessorPil``; for ``--family gemma3`` / ``internvl`` / ``glm4v`` that family's own processor with its
 PIL image processor) on text + pixels, then take ``len(input_ids)``.
 vlmpack: ``stages.scan.run`` end to end (shard discovery, tar reading, header-only
 image sizes, batched tokenization, sqlite commits), one worker, like the baseline.
@@ -36,7 +36,13 @@ import time
 from pathlib import Path
 
 from PIL import Image
-from transformers import AutoProcessor, InternVLProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor
+from transformers import (
+    AutoProcessor,
+    Glm4vProcessor,
+    InternVLProcessor,
+    Qwen2_5_VLProcessor,
+    Qwen3VLProcessor,
+)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from vlmpack_offline.config import config_from_dict
@@ -105,6 +111,8 @@ def reference_processor(family: str, processor_dir: Path, tokenizer):
         )
     if family == "internvl":
         return type("ImageOnly", (InternVLProcessor,), images_only).from_pretrained(str(processor_dir))
+    if family == "glm4v":  # Glm4vProcessor's video processor needs torchvision
+        return type("ImageOnly", (Glm4vProcessor,), images_only).from_pretrained(str(processor_dir))
     return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision; kimi_k25: needs it
 
 
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "kimi_k25"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"

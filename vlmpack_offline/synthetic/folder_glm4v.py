@@ -10,7 +10,8 @@ finds the media by them).
 
 Values (checked against published copies of the hub files, see ``IMAGE`` / ``VIDEO``): the image processor
 ``size`` 12544..9633792 (pixels of 2 * H * W), patch 14, temporal 2, merge 2, CLIP mean/std; the video
-processor ``size`` 12544..47040000 (pixels of T * H * W), fps 2, the same patch sizes and mean/std.
+processor ``size`` 12544..47040000 (pixels of T * H * W), the same patch sizes and mean/std (fps: the
+class default, 2).
 GLM-4.5V uses ``Glm4vProcessor`` too; GLM-4.6V has its own classes (``Glm46VProcessor``, ...) with the
 same settings.
 
@@ -62,10 +63,12 @@ IMAGE = {
     "temporal_patch_size": 2, "merge_size": 2, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
 }  # fmt: skip
 
-# video_preprocessor_config.json of the same releases: pixels bound T * H * W, 2 frames per second.
+# video_preprocessor_config.json of the same releases: pixels bound T * H * W. No fps / do_sample_frames
+# keys: the video processor's class defaults (fps 2, sample frames) apply. (GLM-4.6V-Flash publishes
+# longest_edge 100352000 instead; GLM-4.6V and GLM-4.1V 47040000.)
 VIDEO = {
-    "size": {"shortest_edge": 12544, "longest_edge": 47040000}, "do_sample_frames": True, "fps": 2,
-    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
+    "size": {"shortest_edge": 12544, "longest_edge": 47040000}, "do_rescale": True, "patch_size": 14,
+    "temporal_patch_size": 2, "merge_size": 2, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
 }  # fmt: skip
 
 # family -> (processor class, image processor type, video processor type, model class)
