@@ -113,7 +113,7 @@ def reference_processor(family: str, processor_dir: Path, tokenizer):
         return type("ImageOnly", (InternVLProcessor,), images_only).from_pretrained(str(processor_dir))
     if family == "glm4v":  # Glm4vProcessor's video processor needs torchvision
         return type("ImageOnly", (Glm4vProcessor,), images_only).from_pretrained(str(processor_dir))
-    return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision; kimi_k25: needs it
+    return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision; kimi_k25, mistral3: need it
 
 
 def _config(shards: list[Path], processor_dir: Path, work: Path):
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
