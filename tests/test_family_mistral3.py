@@ -146,6 +146,7 @@ def _scan_matches_reference(tmp_path: Path, wds: Path, directory: Path, processo
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.torchvision
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_scan_counts_and_ids_equal_the_real_pixtral_processor(tmp_path, layout, mistral_dirs, wds, make_config):
