@@ -9,7 +9,9 @@ turns every pack into a ``PackBatch``. The oracle is transformers' ``Glm4vProces
 so exactly equal), and the mRoPE positions of each segment must equal what a tiny random
 ``Glm4vModel`` built from the folder's config computes with its own ``get_rope_index`` from the
 oracle's ``input_ids``, ``mm_token_type_ids`` and ``image_grid_thw``. Every segment has its planned
-length, and the labelled tokens decode to the assistant answers.
+length, and the labelled tokens decode to the assistant answers. Video packs (GLM videos are counted)
+need the video processor, hence torchvision: without it encoding one raises a clear error; with it they
+are checked in ``tests/test_glm4v_video_packed_forward.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from _family_kit import images_only, packed_dataset, read_packs
 from PIL import Image
 from transformers import AutoConfig, Glm4vModel, Glm4vProcessor
+from transformers.utils import is_torchvision_available
 
 from vlmpack_offline.loader import PackEncoder
 
@@ -53,7 +56,15 @@ def test_every_glm4v_pack_equals_the_real_processor_on_each_sub_sample(packed):
     oracle = _ImagesOnly.from_pretrained(str(processor_dir))
     model = _tiny_model(processor_dir)
     n_images = n_packs_with_images = n_2d_positions = 0
+    n_video_packs = 0
     for pack, media in read_packs(packed_dir):
+        if any(item.get("type") == "video" for sub in pack.samples for m in sub.messages for item in m["content"]
+               if isinstance(item, dict)):  # fmt: skip
+            n_video_packs += 1  # counted since GLM videos are; their tensors: test_glm4v_video_packed_forward.py
+            if not is_torchvision_available():  # the video processor needs it: a clear error, not wrong tensors
+                with pytest.raises(ValueError, match="needs torchvision"):
+                    encoder.encode(pack, media)
+            continue
         batch = encoder.encode(pack, media)
         bounds = batch.cu_seqlens.tolist()
         pixels, grids = [], []
@@ -92,3 +103,4 @@ def test_every_glm4v_pack_equals_the_real_processor_on_each_sub_sample(packed):
             assert len(batch.vision) == 0
         assert batch.token_type_ids is None  # GLM-4V takes mm_token_type_ids, not token_type_ids
     assert n_images >= 5 and n_packs_with_images >= 2 and n_2d_positions >= 5, (n_images, n_packs_with_images, n_2d_positions)
+    assert n_video_packs >= 1
