@@ -92,15 +92,16 @@ def images_only(processor_cls: type) -> type:
     })  # fmt: skip
 
 
-def packed_dataset(root: Path, family: str, layout: str, *, seed: int, max_token_len: int) -> tuple[Path, Path]:
+def packed_dataset(root: Path, family: str, layout: str, *, seed: int, max_token_len: int, videos: bool = True) -> tuple[Path, Path]:
     """A generated dataset packed by the real stages (scan -> write) with a ``family`` folder in ``layout``;
-    (packed_wds_dir, processor folder). Video samples of families without video drop on purpose."""
+    (packed_wds_dir, processor folder). Video samples of families without video drop on purpose;
+    ``videos=False`` generates none (a loader test of image packs without torchvision)."""
     from vlmpack_offline.config import config_from_dict
     from vlmpack_offline.stages import bucket, plan, scan, write
     from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 
     processor = build_processor_dir(root / "processor", family, layout=layout)
-    generate_dataset(root / "src", seed=seed, n_shards=2, samples_per_shard=10, include_faults=False)
+    generate_dataset(root / "src", seed=seed, n_shards=2, samples_per_shard=10, include_faults=False, video=videos)
     config = config_from_dict({
         "data": {"wds_dir": str(root / "src"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},

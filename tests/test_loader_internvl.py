@@ -32,7 +32,8 @@ _ImagesOnly = images_only(InternVLProcessor)
 @pytest.fixture(scope="module", params=["transformers5"])  # the hub layout: counted in test_family_*; loaded here once
 def packed(request, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp(f"internvl_loader_{request.param}")
-    return packed_dataset(root, "internvl", request.param, seed=7, max_token_len=16384)
+    # image packs: InternVL video tensors need torchvision (tests/test_internvl_video.py loads video packs)
+    return packed_dataset(root, "internvl", request.param, seed=7, max_token_len=16384, videos=False)
 
 
 def test_every_internvl_pack_equals_the_real_processor_on_each_sub_sample(packed):

@@ -29,9 +29,19 @@ where its pad stands. Settings, first found wins: ``image_seq_length`` from
 ``size`` / ``min_patches`` / ``max_patches`` from ``model.processor_kwargs``, the image settings, else
 the image processor's defaults (384 x 384, 1, 12).
 
-Video: ``InternVLVideoProcessor`` imports torchvision (and builds a ``Frame{i}: <img>...</img>`` block
-per sampled frame); the counts are not checked against it here, so a video item is dropped as
-``unsupported_media``.
+Video: ``InternVLProcessor.replace_video_token`` puts one block per frame the video processor
+returns, joined by newlines, where the template renders ``<video>``::
+
+    <video> -> Frame1: <img> <IMG_CONTEXT> * image_seq_length </img> \n Frame2: <img> ... </img> ...
+
+Every frame is one tile, whatever its size (the video processor resizes it to its own ``size``). The
+frames are the shared sampler's (``video:``, then the recipe: 2 fps, 4..768 frames; no pairing, InternVL
+has no temporal patches): the loader hands exactly them to ``InternVLVideoProcessor`` with
+``do_sample_frames=False``, which is what the published InternVL-hf folders say as well. ``Frame1: ``
+joins the text before ``<video>`` in the tokenizer's pre-split (``this:Frame1`` is one piece), so the
+compact text keeps it in place (``compact_text``); the rest of the block lies between special tokens and
+adds ``frames * (image_seq_length + 2)`` tokens plus ``\nFrame{i}: `` for frames 2..n. The count needs
+no torchvision; the loader's video tensors do (``InternVLVideoProcessor`` imports it).
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ __all__ = ["INTERNVL", "InternVLFamily", "tiles_for"]
 _DEFAULT_SEQ_LENGTH = 256  # InternVLProcessor(image_seq_length=256)
 _DEFAULT_TILE = (384, 384)  # GotOcr2ImageProcessor.size (InternVL folders set 448 x 448)
 _DEFAULT_MIN_TILES, _DEFAULT_MAX_TILES = 1, 12  # GotOcr2ImageProcessor.min_patches / max_patches
+_FRAME = "Frame{}: "  # InternVLProcessor.replace_video_token's text before each frame's <img>
 
 
 def tiles_for(height: int, width: int, *, tile: tuple[int, int], min_tiles: int, max_tiles: int) -> int:
@@ -72,11 +83,7 @@ def _first(sources: tuple[dict, ...], name: str):
 class InternVLFamily:
     name = "internvl"
     model_types = frozenset({"internvl"})
-    takes_video = False
-    no_video_reason = (
-        "vlmpack does not count InternVL videos yet: transformers' InternVLVideoProcessor needs torchvision, "
-        "so its expansion (one Frame{i}: <img>...</img> block per sampled frame) is not verified"
-    )
+    takes_video = True
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
@@ -96,6 +103,7 @@ class InternVLFamily:
         if "crop_to_patches" in kwargs and not kwargs["crop_to_patches"]:  # one resized tile (see the module doc)
             low, high = 1, 1
         return {
+            "temporal_patch_size": 1,  # a video frame is one tile: the sampler keeps odd frame counts
             "tokens_per_image": int(seq) if seq is not None else _DEFAULT_SEQ_LENGTH,
             "tile_size": tile,
             "min_tiles": int(low) if low is not None else _DEFAULT_MIN_TILES,
@@ -117,10 +125,12 @@ class InternVLFamily:
         )
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:
-        return text  # <img> and </img> are special: they only add tokens where the pad stands
+        # <img> and </img> are special: they only add tokens where the pad stands; a video's first
+        # "Frame1: " is tokenized with the text before it (see the module doc)
+        return text.replace(special.video_pad, _FRAME.format(1) + special.video_pad)
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
-        return None  # any image size: the processor resizes into its tiles (videos: probe_media drops them)
+        return None  # any image or frame size: the processors resize into their tiles
 
     def tiles(self, rules: ModelRules, media: MediaInfo) -> int:
         """Tiles (thumbnail included) the image processor makes of this image."""
@@ -128,10 +138,18 @@ class InternVLFamily:
                          max_tiles=rules.max_tiles)  # fmt: skip
 
     def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        if media.kind == "video":  # InternVLProcessor.replace_video_token
+            tile = f"{special.vision_start}{special.image_soft * rules.tokens_per_image}{special.vision_end}"
+            return "\n".join(_FRAME.format(i + 1) + tile for i in range(media.sampling.n_frames))
         context = special.image_soft * (rules.tokens_per_image * self.tiles(rules, media))
         return f"{special.vision_start}{context}{special.vision_end}"
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        if media.kind == "video":  # "Frame1: " is in the compact text; "\nFrame{i}: " between </img> and <img>
+            frames = media.sampling.n_frames
+            text = sum(count_text("\n" + _FRAME.format(i)) for i in range(2, frames + 1))
+            media_tokens = rules.tokens_per_image * frames
+            return Size(tokens=media_tokens + 2 * frames + text, media_tokens=media_tokens)
         media_tokens = rules.tokens_per_image * self.tiles(rules, media)
         return Size(tokens=media_tokens + 2, media_tokens=media_tokens)  # + <img> and </img>
 

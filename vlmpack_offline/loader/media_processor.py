@@ -177,6 +177,13 @@ class ProcessorImages:
             total_num_frames=total, fps=sampling.native_fps, duration=total / sampling.native_fps,
             width=int(frames.shape[2]), height=int(frames.shape[1]), frames_indices=list(sampling.frame_indices),
         )  # fmt: skip
+        video_token = getattr(self.processor, "video_token", None)
+        if "pixel_values_videos" not in self.fields and isinstance(video_token, str):
+            # the processor merges its video processor's output into its own fields (InternVL: each frame
+            # is a tile of pixel_values): its own call on the one video token, as image() does for images
+            out = self.processor(text=[video_token], videos=[frames], video_metadata=[metadata],
+                                 do_sample_frames=False, return_tensors="pt")  # fmt: skip
+            return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
         out = video_processor(videos=[frames], video_metadata=[metadata], do_sample_frames=False, return_tensors="pt")
         fields = set(video_processor.model_input_names)
         result = {name: value for name, value in out.items() if name in fields}

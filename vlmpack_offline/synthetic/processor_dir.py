@@ -21,7 +21,8 @@ published one (``<start_of_turn>user ... <end_of_turn>``, images as ``<start_of_
 ``start_image_token``, ``end_image_token``, ``context_image_token``, ``video_token``), InternVL3-hf's public
 preprocessor settings (448x448 tiles, 1..12 tiles plus a thumbnail, ImageNet mean/std), ``processor_config.json``
 with ``image_seq_length`` 256, and the template transformers' InternVL conversion publishes (images as
-``<IMG_CONTEXT>\n``, videos as ``<video>\n``). No video processor: InternVL's needs torchvision.
+``<IMG_CONTEXT>\n``, videos as ``<video>\n``); with ``video=True`` the InternVL-hf folders' video processor
+settings (``INTERNVL_VIDEO``: 448 x 448 frames, no frame sampling of its own).
 
 ``family="glm4v"`` / ``"glm4v_moe"`` / ``"glm46v"``: GLM-4.1V / 4.5V / 4.6V folders (with ``video=True`` their
 video processor settings), built by ``folder_glm4v.py``.
@@ -333,6 +334,17 @@ PRESETS["internvl"] = {
     "template": INTERNVL_TEMPLATE,
 }  # fmt: skip
 
+# The InternVL-hf folders' video_preprocessor_config.json (e.g. internlm/CapRL-InternVL3.5-8B: the
+# InternVLVideoProcessor defaults, CLIP mean/std, no frame sampling of its own), but with frames of the tile
+# size, 448 x 448: with those folders' 384 x 384 InternVLProcessor cannot put a sample's image tiles and
+# frames into one pixel_values (torch.cat size mismatch). The token count is the same either way.
+INTERNVL_VIDEO = {
+    "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, "do_sample_frames": False,
+    "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD, "initial_shift": True, "processor_class": "InternVLProcessor",
+    "resample": 3, "rescale_factor": 1 / 255, "size": {"height": 448, "width": 448},
+    "video_processor_type": "InternVLVideoProcessor",
+}  # fmt: skip
+
 # Video processor settings: Qwen3-VL's as on the hub (video_preprocessor_config.json of the Instruct
 # releases: frames * pixels within [4096, 25165824]); Qwen2/2.5-VL's the video processor's defaults.
 VIDEO_PRESETS: dict[str, dict] = {
@@ -348,10 +360,11 @@ VIDEO_PRESETS["qwen2_5_vl"] = VIDEO_PRESETS["qwen2_vl"]
 
 # family -> its builder module in this package (``build(target, *, layout, video) -> Path``); one line a family
 FOLDER_MODULES: dict[str, str] = {
-    "mistral3": "folder_mistral3",
     "llava_onevision": "folder_llava_onevision",
-    "glm4v": "folder_glm4v", "glm4v_moe": "folder_glm4v_moe", "glm46v": "folder_glm46v",
     "kimi_k25": "folder_kimi_k25",
+    "mistral3": "folder_mistral3",
+    "qwen3_5": "folder_qwen3_5",  # also qwen3_5_moe / qwen3_vl_moe: folder_qwen3_5.build(model_type=...)
+    "glm4v": "folder_glm4v", "glm4v_moe": "folder_glm4v_moe", "glm46v": "folder_glm46v",
 }
 
 
@@ -389,10 +402,14 @@ def build_processor_dir(
         return module.build(Path(target), layout=layout, video=video)
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted({*PRESETS, *FOLDER_MODULES})}")
-    if family in ("gemma3", "internvl"):
+    if family == "internvl":
+        if template != "published":
+            raise ValueError("an internvl folder has the published template only")
+        return _build_internvl(Path(target), layout, video)
+    if family == "gemma3":
         if template != "published" or video:
             raise ValueError(f"a {family} folder has the published template only, and no video processor")
-        return {"gemma3": _build_gemma3, "internvl": _build_internvl}[family](Path(target), layout)
+        return _build_gemma3(Path(target), layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
@@ -462,8 +479,10 @@ def _build_gemma3(target: Path, layout: str) -> Path:
     return target
 
 
-def _build_internvl(target: Path, layout: str) -> Path:
-    """The InternVL folder (see the module doc): the Qwen BPE plus InternVL's tokens, hub files or save_pretrained's."""
+def _build_internvl(target: Path, layout: str, video: bool = False) -> Path:
+    """The InternVL folder (see the module doc): the Qwen BPE plus InternVL's tokens, hub files or save_pretrained's;
+    ``video``: ``INTERNVL_VIDEO`` as video_preprocessor_config.json (hub) or processor_config.json's
+    ``video_processor`` section, written by hand (InternVLVideoProcessor imports torchvision)."""
     import transformers
     from transformers import AutoTokenizer
     from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
@@ -486,6 +505,12 @@ def _build_internvl(target: Path, layout: str) -> Path:
         for name in ("preprocessor_config.json", "processor_config.json"):
             (target / name).unlink()
         processor.save_pretrained(target)
+    if video and layout == "hub":
+        (target / "video_preprocessor_config.json").write_text(json.dumps(INTERNVL_VIDEO, indent=2))
+    elif video:  # the section where save_pretrained puts it
+        saved = json.loads((target / "processor_config.json").read_text())
+        saved["video_processor"] = {k: v for k, v in INTERNVL_VIDEO.items() if k != "processor_class"}
+        (target / "processor_config.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
     (target / "config.json").write_text(json.dumps(preset["config"], indent=2))
     return target
 
