@@ -202,6 +202,7 @@ def test_top_level_min_max_pixels_are_ignored_as_by_the_processor(glm_dirs, make
     assert GLM4V.replacement_size(rules, media, len).media_tokens == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["glm4v_moe", "glm46v"])
 def test_glm45v_and_glm46v_scans_equal_their_real_processors(tmp_path, family, wds):
     directory = build_processor_dir(tmp_path / "processor", family, layout="transformers5")

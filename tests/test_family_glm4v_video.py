@@ -63,8 +63,8 @@ def _all_frames(data: bytes, info: VideoSampling) -> np.ndarray:
 
 
 @pytest.mark.torchvision
-@pytest.mark.parametrize("layout", ["hub", "transformers5"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("family", "layout"), [("glm4v", "hub"), ("glm4v", "transformers5"), ("glm4v_moe", "hub"),
+                                                ("glm46v", "hub"), ("glm46v", "transformers5")])  # fmt: skip
 def test_counts_equal_the_real_processor_sampling_the_whole_video(tmp_path, make_config, family, layout):
     from transformers import AutoProcessor
 
