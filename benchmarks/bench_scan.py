@@ -40,6 +40,7 @@ from transformers import (
     AutoProcessor,
     Glm4vProcessor,
     InternVLProcessor,
+    LlavaOnevisionProcessor,
     Qwen2_5_VLProcessor,
     Qwen3VLProcessor,
 )
@@ -93,6 +94,8 @@ def baseline(
                 conversation = parse_conversation(parts.pop("json"), key=raw.key, parts=list(parts))
                 text = tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
                 images = [Image.open(io.BytesIO(parts[m.part])).convert("RGB") for m in conversation.media]
+                if family == "llava_onevision" and images:  # one list per sample, as apply_chat_template passes them
+                    images = [images]  # (its processor tiles a sample's only image, not those of a multi-image one)
                 ids = processor(text=[text], images=images or None)["input_ids"][0]
                 counts[f"{path.name}/{raw.key}"] = len(ids)
                 if len(counts) >= limit:
@@ -111,6 +114,8 @@ def reference_processor(family: str, processor_dir: Path, tokenizer):
         )
     if family == "internvl":
         return type("ImageOnly", (InternVLProcessor,), images_only).from_pretrained(str(processor_dir))
+    if family == "llava_onevision":  # LlavaOnevisionProcessor's video processor needs torchvision
+        return type("ImageOnly", (LlavaOnevisionProcessor,), images_only).from_pretrained(str(processor_dir))
     if family == "glm4v":  # Glm4vProcessor's video processor needs torchvision
         return type("ImageOnly", (Glm4vProcessor,), images_only).from_pretrained(str(processor_dir))
     return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision; kimi_k25, mistral3: need it
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3", "llava_onevision"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
