@@ -5,10 +5,10 @@
     base.py    Family (the interface), SpecialTokens, Size
     qwen.py    qwen2_vl, qwen2_5_vl, qwen3_vl(_moe), qwen3_5(_moe): patch grid from smart_resize, mRoPE
     gemma3.py  gemma3: image_seq_length soft tokens per image, no video, 1-D positions
-    internvl.py internvl: image_seq_length <IMG_CONTEXT> per tile, tiles from the image size, no video, 1-D
-    llava_onevision.py llava_onevision: anyres <image> count (lone image) or 730 (multi-image), pooled video frames, 1-D
+    internvl.py internvl: image_seq_length <IMG_CONTEXT> per tile (image tiles from its size; a video frame each), 1-D
     glm4v.py   glm4v, glm4v_moe, glm46v: <|image|> grid from GLM's smart_resize, video blocks per temporal patch, mRoPE
     pixtral.py mistral3: Pixtral's [IMG] rows + [IMG_BREAK] / [IMG_END] from the resized size, no video, 1-D
+    llava_onevision.py llava_onevision: anyres <image> count (lone image) or 730 (multi-image), pooled video frames, 1-D
     kimi_k25.py kimi_k25: <|media_pad|> grid from Kimi's navit_resize, no video, 1-D positions
 
 A ``model_type`` with a module here is counted from image headers and video
