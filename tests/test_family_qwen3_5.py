@@ -85,7 +85,7 @@ def wds(tmp_path_factory) -> Path:
 
 
 def test_folders_are_the_published_qwen3_5_settings(folders):
-    for model_type, layout in CASES:
+    for model_type, layout in CASES[:2]:  # the MoE folders: built and loaded by their (slow) scans
         directory = folders[model_type, layout]
         assert (directory / "preprocessor_config.json").exists() == (layout == "hub")
         assert f'"model_type": "{model_type}"' in (directory / "config.json").read_text()
@@ -127,6 +127,7 @@ def test_scan_counts_equal_the_real_auto_processor(tmp_path, case, folders, wds)
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(folders[case])
+    assert f'"model_type": "{case[0]}"' in (folders[case] / "config.json").read_text()
     assert type(processor).__name__ == "Qwen3VLProcessor"
     assert type(processor.video_processor).__name__ == "Qwen3VLVideoProcessor"
     assert type(processor.tokenizer).__name__ == ("Qwen3_5Tokenizer" if case[0].startswith("qwen3_5") else "Qwen2Tokenizer")
