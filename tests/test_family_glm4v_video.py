@@ -157,3 +157,27 @@ def test_config_video_fps_changes_glm41v_sampling_as_in_the_processor(tmp_path, 
     info = VideoInfo(n_frames=100, native_fps=10.0, height=64, width=64, backend="decord")
     assert sample_for(rules, info, settings).frame_indices == tuple(range(0, 100, 10))  # 10 s at 1 fps
     assert len(sample_for(rules, info, rules.video).frame_indices) == 20  # the folder's 2 fps
+
+
+@pytest.mark.torchvision
+def test_processor_kwargs_size_and_fps_reach_the_video_sampling_as_in_from_pretrained(tmp_path, make_config):
+    """``AutoProcessor.from_pretrained(folder, size=..., fps=...)`` hands them to the video processor as well."""
+    from transformers import AutoProcessor
+
+    folder = build_processor_dir(tmp_path, "glm4v", layout="hub", video=True)
+    kwargs = {"size": {"shortest_edge": 3136, "longest_edge": 2 * 28 * 28 * 300}, "fps": 1}
+    video_processor = AutoProcessor.from_pretrained(folder, **kwargs).video_processor
+    assert (video_processor.fps, video_processor.size.longest_edge) == (1, 2 * 28 * 28 * 300)
+    config = make_config(wds_dir="unused", processor_dir=folder, model={"processor_kwargs": {
+        "pretrained_model_name_or_path": str(folder), **kwargs}})  # fmt: skip
+    rules = make_counter(config).rules
+    from transformers.models.glm4v.video_processing_glm4v import smart_resize
+
+    for n_frames, fps, width, height in METADATA:
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord")
+        indices = [int(i) for i in video_processor.sample_frames(VideoMetadata(
+            total_num_frames=n_frames, fps=fps, duration=n_frames / fps))]  # fmt: skip
+        ours = sample_for(rules, info, rules.video)
+        size = smart_resize(num_frames=len(indices), height=height, width=width, temporal_factor=2, factor=28,
+                            min_pixels=3136, max_pixels=2 * 28 * 28 * 300)  # fmt: skip
+        assert ours.frame_indices == tuple(indices) and (ours.resized_height, ours.resized_width) == size

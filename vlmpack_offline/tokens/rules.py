@@ -299,5 +299,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
     # a family whose video processor samples frames itself (GLM-4V) gives its defaults under the folder's
     own = family.video_defaults() if family is not None and hasattr(family, "video_defaults") else None
+    if own is not None:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
+        video_pre = {**video_pre, **{k: model.processor_kwargs[k] for k in ("size", "fps") if k in model.processor_kwargs}}
     folder = _folder_video(video_pre, qwen3=rules.qwen3 or own is not None)
     return dataclasses.replace(rules, video=resolve_video(video, folder, own, factor=rules.factor))
