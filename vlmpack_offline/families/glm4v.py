@@ -41,9 +41,15 @@ and sized by GLM's ``smart_resize(num_frames=T, h, w)`` with the video processor
 those frames (undecoded size) with their ``VideoMetadata`` to the real video processor
 (``do_sample_frames=False``), which resizes them to the same size.
 All of this runs without torchvision, so GLM videos are counted by the fast path in either environment.
-``video.fps`` / ``min_pixels`` / ``max_pixels`` of the config and the folder's video settings
-(``fps``, ``size``, ``max_duration``) apply as in the processor; ``min_frames`` / ``max_frames`` /
-``total_pixels`` are not read by GLM's processors, and GLM-4.6V ignores ``fps`` (its rates are fixed).
+``video.fps`` / ``min_pixels`` / ``max_pixels`` of the config, then ``model.processor_kwargs`` ``size`` /
+``fps`` (``from_pretrained`` hands them to the video processor too), then the folder's video settings
+(``fps``, ``size``, ``max_duration``), then the video processor's class defaults (fps 2, 300 s,
+12544..47040000) apply as in the processor; ``min_frames`` / ``max_frames`` / ``total_pixels`` are not
+read by GLM's processors, and GLM-4.6V ignores ``fps`` (its rates are fixed). A video GLM-4.6V samples no
+frame from (under 1/6 s) is dropped as ``corrupt_media``: its processor fails on it.
+
+Training: HF's GLM-4V forward finds video placeholders with the image token (``get_placeholder_mask``),
+so one forward takes images or videos, not both; packs group by media type by default.
 
 All the markers are special tokens, so the compact text is the rendered text; each stamp sits between
 two special tokens and is tokenized alone.
