@@ -276,3 +276,18 @@ def test_frame_counts_follow_the_video_config(tmp_path, ov_video_dirs, wds, make
             counts.add(count.token_len)
     assert len(counts) >= 2
     assert np.all(np.asarray(sorted(counts)) > 0)
+
+
+def test_hand_checked_counts():
+    """The module doc's examples, worked by hand from the processor's arithmetic (27 x 27 features per tile)."""
+    from vlmpack_offline.families.llava_onevision import image_tokens, video_tokens
+    from vlmpack_offline.synthetic.folder_llava_onevision import PINPOINTS
+
+    settings = {"tile": (384, 384), "pinpoints": tuple(map(tuple, PINPOINTS)), "base": 729, "aspect": "anyres_max_9",
+                "default_strategy": False}  # fmt: skip
+    assert image_tokens(384, 384, alone=True, **settings) == 729 + 27 * 27 + 27
+    assert image_tokens(300, 1000, alone=True, **settings) == 729 + 25 * 81 + 25  # 1 x 3 grid, 2 rows unpadded
+    assert image_tokens(2000, 3000, alone=True, **settings) == 729 + 66 * 99 + 66  # 4 x 6 grid shrunk by 1.63
+    assert image_tokens(2000, 3000, alone=False, **settings) == 730  # one square + newline in a multi-image sample
+    assert image_tokens(2000, 3000, alone=False, **{**settings, "default_strategy": True}) == 729
+    assert video_tokens(8, base=729) == 8 * 14 * 14 + 1

@@ -10,8 +10,9 @@ is alone in its sample; the model's ``get_image_features`` reads the same counts
     one image in the sample (anyres)   base (num_image_tokens, 729) + the unpadded tile-grid features
                                        + one newline per grid row, the grid shrunk when its area passes
                                        anyres_max_N tiles (``_get_number_of_features``)
-        384 x 384 (h x w), 1 tile      729 + 27*27 + 27 = 1485
-        300 x 1000, grid 1 x 3         729 + 23*81 + 23 (rows unpadded to the image's aspect) = 2615
+        384 x 384 (h x w), grid 1 x 1  729 + 27*27 + 27 = 1485
+        300 x 1000, grid 1 x 3         729 + 25*81 + 25 = 2779 (27 rows unpadded to the image's aspect: 25)
+        2000 x 3000, grid 4 x 6        108 x 162 features past 9 tiles, shrunk by 1.63: 729 + 66*99 + 66 = 7329
     k >= 2 images in the sample        num_image_tokens + 1 (newline) each, whatever the size: 730
     a video of F frames                F * ceil(sqrt(729) / 2) ** 2 + 1 = F * 196 + 1
 
@@ -183,8 +184,9 @@ class LlavaOnevisionFamily:
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
+        multi = rules.tokens_per_image + 1 - (rules.feature_select_strategy == "default")
         return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, {rules.vision_aspect_ratio} "
-                f"over {len(rules.grid_pinpoints)} grids for a lone image, {rules.tokens_per_image + 1} per image "
+                f"over {len(rules.grid_pinpoints)} grids for a lone image, {multi} per image "
                 "of a multi-image sample")  # fmt: skip
 
 
