@@ -291,3 +291,26 @@ def test_hand_checked_counts():
     assert image_tokens(2000, 3000, alone=False, **settings) == 730  # one square + newline in a multi-image sample
     assert image_tokens(2000, 3000, alone=False, **{**settings, "default_strategy": True}) == 729
     assert video_tokens(8, base=729) == 8 * 14 * 14 + 1
+
+
+@pytest.mark.torchvision
+def test_a_video_past_200_to_1_is_counted_as_the_processor_takes_it(ov_video_dirs, make_config):
+    """LLaVA-OneVision resizes every frame to its tile: a 1000 x 4 video is no resize problem (the Qwen sampler's
+    200:1 limit does not apply), and its count equals the processor's on the sampled frames."""
+    from transformers import AutoProcessor
+
+    from vlmpack_offline.conversation import Conversation, MediaRef
+    from vlmpack_offline.synthetic.shards import video_bytes
+
+    directory = ov_video_dirs["transformers5"]
+    processor = AutoProcessor.from_pretrained(directory)
+    counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
+    parts = {"v.mp4": video_bytes(20, 10, 1000, 4, seed=1)}
+    user = [{"type": "video", "video": "v.mp4"}, {"type": "text", "text": "A thin strip?"}]
+    messages = ({"role": "user", "content": user}, {"role": "assistant", "content": [{"type": "text", "text": "Yes."}]})
+    conversation = Conversation(messages=messages, media=(MediaRef(kind="video", part="v.mp4"),))
+    media = [counter.probe("video", parts["v.mp4"], part="v.mp4")]
+    count = counter.count(conversation, media)
+    ids = _reference(processor, conversation, parts, counter)
+    assert media[0].sampling.n_frames >= 2
+    assert (count.token_len, count.media_tokens) == (len(ids), ids.count(processor.video_token_id))

@@ -31,11 +31,13 @@ processor's defaults (``num_image_tokens`` has none: refused); ``image_grid_pinp
 
 Video: ``LlavaOnevisionVideoProcessor`` (``do_sample_frames: false``) takes every frame it is given and
 resizes each to the tile size, so the count is a function of the frame count alone; the frames are the
-ones the shared sampler (``video:``) picks, any count (no temporal pairing: ``temporal_patch_size`` 1).
+ones the shared sampler (``video:``) picks, any count (no temporal pairing: ``temporal_patch_size`` 1), at
+their decoded size (``sample_video``: no Qwen-style resize, so no 200:1 refusal).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -48,6 +50,8 @@ from ..errors import ConfigError
 from .base import Size, SpecialTokens
 
 if TYPE_CHECKING:
+    from ..config import VideoConfig
+    from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
@@ -155,6 +159,17 @@ class LlavaOnevisionFamily:
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
         return None  # any image size and frame count: the processors resize to the tile size
+
+    def sample_video(self, rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str) -> VideoSampling:
+        """The shared sampler's frames (``video:``; they depend on the frame count and rate alone). The size it
+        picks is not used: the video processor resizes every frame to the tile size and the loader hands it the
+        frames as decoded. So the sampler is asked about a tile-sized frame, and a video past 200:1 is not
+        refused for a resize that never happens."""
+        from ..media import sample_video
+
+        height, width = rules.tile_size
+        tile = dataclasses.replace(info, height=height, width=width)
+        return sample_video(tile, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
 
     def in_sample(self, rules: ModelRules, media: Sequence[MediaInfo]) -> tuple:
         """The sample's items, each image tagged with whether it is the sample's only image."""
