@@ -94,3 +94,31 @@ def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
     if pack is IMAGE_PACK:  # and batch_num_images is needed: without it every image is tiled, too many features
         with torch.no_grad(), pytest.raises(Exception, match="Image features and image tokens do not match"):
             model(**{k: v for k, v in kwargs.items() if k != "batch_num_images"})
+
+
+@pytest.mark.torchvision
+def test_a_pack_with_a_video_equals_each_sub_sample_alone(setup, tmp_path):
+    """A text, a one-image and a video sub-sample (the family's own video processor: torchvision). The model
+    stacks a forward's videos in one ``[videos, frames, ...]`` tensor, so a pack holds one video here."""
+    from vlmpack_offline.synthetic.shards import video_bytes
+
+    model, _ = setup
+    folder = build_processor_dir(tmp_path / "ov_video", "llava_onevision", video=True)
+    model.config.save_pretrained(folder)
+    config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder), **KWARGS}},
+                               "video": {"fps": 2.0, "max_frames": 6}}, source="test")  # fmt: skip
+    encoder = PackEncoder(config, EncoderOptions(check_lengths=False))
+    video_turn = ([{"type": "video", "video": "v0.mp4"}, {"type": "text", "text": "What happens?"}], "It moves.")
+    pack = pack_of([TEXT_TURNS[0], IMAGE_TURNS[1], video_turn], capacity=16384)
+    batch = encoder.encode(pack, {**MEDIA, "v0.mp4": video_bytes(16, 8, 96, 64, seed=4)})
+    videos = batch.vision["pixel_values_videos"]
+    assert videos.shape[0] == 1 and videos.shape[2:] == (3, TILE, TILE)
+    kwargs = batch.model_kwargs("sdpa", with_labels=False)
+    with torch.no_grad():
+        packed = model(**kwargs).logits
+        bounds = batch.cu_seqlens.tolist()
+        alone = [model(input_ids=batch.input_ids[:, bounds[0] : bounds[1]], use_cache=False).logits,
+                 model(input_ids=batch.input_ids[:, bounds[1] : bounds[2]], pixel_values=batch.vision["pixel_values"],
+                       image_sizes=batch.vision["image_sizes"], batch_num_images=torch.tensor([1]), use_cache=False).logits,
+                 model(input_ids=batch.input_ids[:, bounds[2] : bounds[3]], pixel_values_videos=videos, use_cache=False).logits]  # fmt: skip
+    assert (packed - torch.cat(alone, dim=1)).abs().max() < TOL
