@@ -22,9 +22,9 @@ from .base import Family, Size, SpecialTokens
 from .gemma3 import GEMMA3
 from .glm4v import GLM4V, GLM46V
 from .internvl import INTERNVL
-from .pixtral import MISTRAL3
 from .kimi_k25 import KIMI_K25
 from .llava_onevision import LLAVA_ONEVISION
+from .pixtral import MISTRAL3
 from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
 
 __all__ = [
