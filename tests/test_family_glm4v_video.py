@@ -159,6 +159,29 @@ def test_config_video_fps_changes_glm41v_sampling_as_in_the_processor(tmp_path, 
     assert len(sample_for(rules, info, rules.video).frame_indices) == 20  # the folder's 2 fps
 
 
+def test_another_video_sampler_is_refused_before_any_sample_is_read(tmp_path, small_dataset):
+    """GLM samples as its own video processor does: ``video.sampler: qwen_vl_utils`` is a config error of the
+    scan (one line, exit 2), not a drop of every video sample."""
+    import yaml
+    from click.testing import CliRunner
+
+    from vlmpack_offline.cli import cli
+    from vlmpack_offline.errors import ConfigError
+
+    folder = build_processor_dir(tmp_path / "proc", "glm4v", video=True)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"wds_dir": [str(p) for p in small_dataset], "work_dir": str(tmp_path / "work"),
+                 "packed_wds_dir": str(tmp_path / "packed")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}},
+        "video": {"sampler": "qwen_vl_utils"},
+    }))  # fmt: skip
+    result = CliRunner().invoke(cli, ["scan", "--config", str(config)])
+    assert isinstance(result.exception, ConfigError), result.output
+    assert "video.sampler = 'qwen_vl_utils'" in str(result.exception) and "remove video.sampler" in str(result.exception)
+    assert not (tmp_path / "work" / "manifest.sqlite").exists()
+
+
 @pytest.mark.torchvision
 def test_processor_kwargs_size_and_fps_reach_the_video_sampling_as_in_from_pretrained(tmp_path, make_config):
     """``AutoProcessor.from_pretrained(folder, size=..., fps=...)`` hands them to the video processor as well."""

@@ -220,11 +220,6 @@ class Glm4vFamily:
 
         from ..media import VideoSampling
 
-        if video.sampler != "hf_processor":
-            raise ConfigError(
-                f"video.sampler = {video.sampler!r}: {self.name} videos are sampled as GLM's own video "
-                "processor samples them (hf_processor); remove video.sampler"
-            )
         metadata = VideoMetadata(
             total_num_frames=info.n_frames, fps=info.native_fps, duration=info.n_frames / info.native_fps
         )

@@ -293,7 +293,8 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
-    counting = counting_path(load_model_rules(config.model))  # a wrong processor path or model_type, said first
+    # a wrong processor path, model_type or video sampler, said before anything is read
+    counting = counting_path(load_model_rules(config.model, config.video))
     tasks = discover_shards(config.data.wds_dir)
     selected = tasks[:limit_shards] if limit_shards else tasks
     inputs_fp = scan_inputs_fingerprint(config)

@@ -302,4 +302,10 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     if own is not None:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
         video_pre = {**video_pre, **{k: model.processor_kwargs[k] for k in ("size", "fps") if k in model.processor_kwargs}}
     folder = _folder_video(video_pre, qwen3=rules.qwen3 or own is not None)
-    return dataclasses.replace(rules, video=resolve_video(video, folder, own, factor=rules.factor))
+    resolved = resolve_video(video, folder, own, factor=rules.factor)
+    if own is not None and own.sampler is not None and resolved.sampler != own.sampler:  # before any sample
+        raise ConfigError(
+            f"video.sampler = {resolved.sampler!r}: {family.name} videos are sampled as its own video processor "
+            f"samples them ({own.sampler}); remove video.sampler"
+        )
+    return dataclasses.replace(rules, video=resolved)
