@@ -122,3 +122,40 @@ def test_a_pack_with_a_video_equals_each_sub_sample_alone(setup, tmp_path):
                        image_sizes=batch.vision["image_sizes"], batch_num_images=torch.tensor([1]), use_cache=False).logits,
                  model(input_ids=batch.input_ids[:, bounds[2] : bounds[3]], pixel_values_videos=videos, use_cache=False).logits]  # fmt: skip
     assert (packed - torch.cat(alone, dim=1)).abs().max() < TOL
+
+
+@pytest.mark.torchvision
+def test_videos_of_different_lengths_share_the_recipes_32_frames_and_pack_together(setup, tmp_path):
+    """No ``video:`` section: LLaVA-OneVision's own recipe samples 32 frames from a 5 s and a 9 s video alike,
+    so both fit the model's one ``[videos, frames, ...]`` tensor, and the packed forward equals each alone."""
+    from vlmpack_offline.synthetic.shards import video_bytes
+
+    model, _ = setup
+    folder = build_processor_dir(tmp_path / "ov_video", "llava_onevision", video=True)
+    model.config.save_pretrained(folder)
+    config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder), **KWARGS}}},
+                              source="test")  # fmt: skip
+    encoder = PackEncoder(config, EncoderOptions(check_lengths=False))
+    turns = [([{"type": "video", "video": f"v{i}.mp4"}, {"type": "text", "text": "What happens?"}], f"It moves {i}.")
+             for i in range(2)]  # fmt: skip
+    media = {"v0.mp4": video_bytes(50, 10, 96, 64, seed=5), "v1.mp4": video_bytes(90, 10, 64, 96, seed=6)}
+    batch = encoder.encode(pack_of(turns, capacity=16384), media)
+    videos = batch.vision["pixel_values_videos"]
+    assert videos.shape[:3] == (2, 32, 3)
+    with torch.no_grad():
+        packed = model(**batch.model_kwargs("sdpa", with_labels=False)).logits
+        bounds = batch.cu_seqlens.tolist()
+        alone = [model(input_ids=batch.input_ids[:, bounds[i] : bounds[i + 1]], pixel_values_videos=videos[i : i + 1],
+                       use_cache=False).logits for i in range(2)]  # fmt: skip
+    assert (packed - torch.cat(alone, dim=1)).abs().max() < TOL
+
+
+def test_videos_of_different_frame_counts_are_refused_not_padded():
+    """Nothing tells the model which padded frames are real: a pack of unequal videos is one clear error."""
+    from vlmpack_offline.loader.vision_inputs import concat_vision_inputs
+
+    with pytest.raises(ValueError, match="set video.min_frames = video.max_frames"):
+        concat_vision_inputs([{"pixel_values_videos": torch.zeros(1, 8, 3, 4, 4)},
+                              {"pixel_values_videos": torch.zeros(1, 6, 3, 4, 4)}])  # fmt: skip
+    images = concat_vision_inputs([{"pixel_values": torch.ones(1, 3, 2, 4)}, {"pixel_values": torch.ones(1, 3, 5, 1)}])
+    assert images["pixel_values"].shape == (2, 3, 5, 4) and images["pixel_values"].sum() == 3 * (8 + 5)

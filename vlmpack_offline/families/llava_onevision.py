@@ -32,7 +32,11 @@ processor's defaults (``num_image_tokens`` has none: refused); ``image_grid_pinp
 Video: ``LlavaOnevisionVideoProcessor`` (``do_sample_frames: false``) takes every frame it is given and
 resizes each to the tile size, so the count is a function of the frame count alone; the frames are the
 ones the shared sampler (``video:``) picks, any count (no temporal pairing: ``temporal_patch_size`` 1), at
-their decoded size (``sample_video``: no Qwen-style resize, so no 200:1 refusal).
+their decoded size (``sample_video``: no Qwen-style resize, so no 200:1 refusal). The family's own recipe
+(``video_defaults``, under the folder's settings and ``video:``) is LLaVA-OneVision's: 32 frames spread
+evenly over the video (``frames_upbound`` 32 in its training scripts), every frame of a shorter one. The
+model takes a pack's videos as one ``[videos, frames, ...]`` tensor, so they must share a frame count:
+a pack whose videos do not is refused by the loader (``concat_vision_inputs``), not padded.
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, ClassVar
 
+from ..config import VideoConfig
 from ..errors import ConfigError
 from .base import Size, SpecialTokens
 
 if TYPE_CHECKING:
-    from ..config import VideoConfig
     from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
@@ -170,6 +174,10 @@ class LlavaOnevisionFamily:
         height, width = rules.tile_size
         tile = dataclasses.replace(info, height=height, width=width)
         return sample_video(tile, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
+
+    def video_defaults(self) -> VideoConfig:
+        """LLaVA-OneVision's recipe: 32 evenly spread frames whatever the length (see the module doc)."""
+        return VideoConfig(min_frames=32, max_frames=32)
 
     def in_sample(self, rules: ModelRules, media: Sequence[MediaInfo]) -> tuple:
         """The sample's items, each image tagged with whether it is the sample's only image."""

@@ -53,15 +53,27 @@ def concat_vision_inputs(parts: list[Mapping[str, torch.Tensor]]) -> VisionInput
 
     Where the parts differ past dim 0 (Pixtral's per-image pixel sizes, LLaVA-OneVision's patch
     counts) each is zero-padded at the end of those dims to the largest, as the HF processors pad
-    the images of one batch (their ``image_sizes`` say what is real)."""
+    the images of one batch (their ``image_sizes`` say what is real). Video pixels are never padded:
+    nothing tells the model which frames are real (LLaVA-OneVision's ``[videos, frames, ...]``), so a
+    pack whose videos differ in frame count is refused with a ``ValueError`` saying how to avoid it."""
     names: list[str] = []
     for part in parts:
         names.extend(n for n in part if n not in names)
     out = {}
     for name in names:
         tensors = [part[name] for part in parts if name in part]
+        if name in _UNPADDED and len({tuple(t.shape[1:]) for t in tensors}) > 1:
+            shapes = ", ".join(str(tuple(t.shape[1:])) for t in tensors)
+            raise ValueError(
+                f"the pack's videos give {name} of shapes {shapes}: this model takes all of a pack's videos as "
+                "one tensor, so they must have one frame count; set video.min_frames = video.max_frames and "
+                "rerun scan -> write (the family's own recipe does: LLaVA-OneVision 32)"
+            )
         out[name] = torch.cat(_padded_to_largest(tensors), dim=0)
     return VisionInputs(out)
+
+
+_UNPADDED = frozenset({"pixel_values_videos"})
 
 
 def _padded_to_largest(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -297,11 +297,13 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     if family is not None and not text_only:  # the family's own settings, and what it refuses to count
         settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
-    # a family whose video processor samples frames itself (GLM-4V) gives its defaults under the folder's
+    # a family with its own video recipe (GLM-4V: its processor samples frames itself; LLaVA-OneVision: 32
+    # frames) gives its defaults under the folder's settings and the config's video: section
     own = family.video_defaults() if family is not None and hasattr(family, "video_defaults") else None
-    if own is not None:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
+    samples_itself = own is not None and own.sampler == "hf_processor"
+    if samples_itself:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
         video_pre = {**video_pre, **{k: model.processor_kwargs[k] for k in ("size", "fps") if k in model.processor_kwargs}}
-    folder = _folder_video(video_pre, qwen3=rules.qwen3 or own is not None)
+    folder = _folder_video(video_pre, qwen3=rules.qwen3 or samples_itself)
     resolved = resolve_video(video, folder, own, factor=rules.factor)
     if own is not None and own.sampler is not None and resolved.sampler != own.sampler:  # before any sample
         raise ConfigError(
