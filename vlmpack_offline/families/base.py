@@ -97,3 +97,15 @@ class Family(Protocol):
     # the bare items; for a family whose count of an item depends on the rest of its sample (LLaVA-OneVision:
     # a sample's only image is tiled, the images of a multi-image sample are not). Without it each item
     # expands alone (``tokens.expansion.Expander.in_sample``).
+    #
+    # The other optional members (looked up with getattr, so a family states only what differs):
+    # - ``describe(rules) -> str``: the words after "fast path" in ``vlmpack scan``'s summary.
+    # - ``no_video_reason: str``: why a video is dropped (``takes_video`` False), shown with the drop.
+    # - ``sample_video(rules, info, video, *, part) -> VideoSampling``: the frames and size of a video when
+    #   the family's processor samples them its own way (GLM-4V from VideoMetadata; LLaVA-OneVision at the
+    #   tile size); else the shared sampler (``media.sample_video``).
+    # - ``video_defaults() -> VideoConfig``: the family's own video recipe, under the folder's settings and
+    #   ``video:`` (GLM-4V: its processor's, ``sampler: hf_processor``, which no ``video:`` may change;
+    #   LLaVA-OneVision: 32 frames); else qwen-vl-utils' recipe.
+    # - ``images_per_sample: bool``: the loader runs a sub-sample's images through one processor call
+    #   (LLaVA-OneVision's ``batch_num_images``) instead of one call per image.
