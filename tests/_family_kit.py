@@ -9,12 +9,32 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
+
 from vlmpack_offline.conversation import Conversation, parse_conversation
 from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range, split_key
 
-__all__ = ["edge_dataset", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
+__all__ = ["scan_config", "edge_dataset", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
+
+
+def scan_config(tmp_path: Path, wds: Path, processor_dir: Path, *, max_token_len: int = 65536,
+                sections: dict | None = None, **processor_kwargs) -> Path:
+    """A config file that scans ``wds`` with ``processor_dir`` (``processor_kwargs`` on top, as a user's
+    ``model.processor_kwargs``), any share of drops allowed (edge datasets drop some on purpose), and
+    ``sections`` merged in (e.g. ``{"video": {...}}``)."""
+    raw = {
+        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
+        "sample": {"max_token_len": max_token_len},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir), **processor_kwargs}},
+        "scan": {"max_drop_ratio": 1.0},
+    }
+    for name, values in (sections or {}).items():
+        raw.setdefault(name, {}).update(values)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def edge_dataset(root: Path, *, seed: int, samples_per_shard: int, sizes, second_image: tuple[int, int]) -> Path:

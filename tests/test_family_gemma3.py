@@ -16,8 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from _family_kit import edge_dataset, samples_in
+from _family_kit import edge_dataset, samples_in, scan_config
 from click.testing import CliRunner
 from PIL import Image
 from transformers import AutoProcessor
@@ -46,17 +45,6 @@ def wds(tmp_path_factory) -> Path:
     return edge_dataset(root, seed=5, samples_per_shard=14, sizes=[(1, 1), (2000, 10), (10, 2000), (896, 896), (897, 300)], second_image=(300, 200))
 
 
-def _config(tmp_path: Path, wds: Path, processor_dir: Path, **model) -> Path:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 16384},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}, **model},
-        "scan": {"max_drop_ratio": 1.0},  # the videos drop on purpose
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def _reference(processor, conversation, parts) -> list[int]:
     text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
@@ -71,7 +59,7 @@ def test_scan_counts_equal_the_real_gemma3_processor(tmp_path, layout, gemma3_di
     processor = AutoProcessor.from_pretrained(directory)
     assert type(processor).__name__ == "Gemma3Processor" and processor.image_seq_length == 256
     soft = processor.tokenizer.image_token_id
-    result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory))])
+    result = CliRunner().invoke(cli, ["scan", "--config", str(scan_config(tmp_path, wds, directory, max_token_len=16384))])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "gemma3: fast path (256 tokens per image)" in result.output
     samples = samples_in(wds)

@@ -22,8 +22,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from _family_kit import edge_dataset, images_only, samples_in
+from _family_kit import edge_dataset, images_only, samples_in, scan_config
 from click.testing import CliRunner
 from PIL import Image
 from transformers import InternVLProcessor
@@ -61,17 +60,6 @@ def wds(tmp_path_factory) -> Path:
     return edge_dataset(root, seed=7, samples_per_shard=12, sizes=SIZES, second_image=(640, 480))
 
 
-def _config(tmp_path: Path, wds: Path, processor_dir: Path, **kwargs) -> Path:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 65536},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir), **kwargs}},
-        "scan": {"max_drop_ratio": 1.0},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def _reference(processor, conversation, parts) -> list[int]:
     text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
@@ -82,7 +70,7 @@ def _reference(processor, conversation, parts) -> list[int]:
 def _scan_matches_reference(tmp_path: Path, wds: Path, directory: Path, processor, path_line: str, **kwargs) -> dict:
     """Run ``vlmpack scan`` (it prints ``path_line``); every row's counts equal the reference's; the kinds seen."""
     context = processor.image_token_id
-    result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory, **kwargs))])
+    result = CliRunner().invoke(cli, ["scan", "--config", str(scan_config(tmp_path, wds, directory, **kwargs))])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert path_line in result.output
     samples = samples_in(wds)

@@ -19,8 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-from _family_kit import edge_dataset, samples_in
+from _family_kit import edge_dataset, samples_in, scan_config
 from click.testing import CliRunner
 from PIL import Image
 
@@ -56,20 +55,9 @@ def wds(tmp_path_factory) -> Path:
     return edge_dataset(root, seed=13, samples_per_shard=12, sizes=SIZES, second_image=(640, 480))
 
 
-def _config(tmp_path: Path, wds: Path, processor_dir: Path, **kwargs) -> Path:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 65536},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir), **kwargs}},
-        "scan": {"max_drop_ratio": 1.0},  # the videos drop on purpose
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def _run_scan(tmp_path: Path, wds: Path, directory: Path, path_line: str, **kwargs) -> list:
-    result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory, **kwargs))])
+    result = CliRunner().invoke(cli, ["scan", "--config", str(scan_config(tmp_path, wds, directory, **kwargs))])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert path_line in result.output, result.output
     with Manifest(manifest_path(tmp_path / "work")) as manifest:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
-from _family_kit import images_only, samples_in
+from _family_kit import images_only, samples_in, scan_config
 from click.testing import CliRunner
 from PIL import Image
 from transformers import LlavaOnevisionProcessor
@@ -86,17 +85,6 @@ def wds(tmp_path_factory) -> Path:
     return _dataset(tmp_path_factory.mktemp("ov_wds"))
 
 
-def _config(tmp_path: Path, wds: Path, processor_dir: Path, video: dict | None = None, **kwargs) -> Path:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 1_000_000},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir), **kwargs}},
-        "video": video or {"max_frames": 12},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def _reference(processor, conversation, parts, counter=None) -> list[int]:
     """The processor's input_ids for one sample: its images as one list (as apply_chat_template passes them),
@@ -114,7 +102,8 @@ def _reference(processor, conversation, parts, counter=None) -> list[int]:
 
 def _scan_matches_reference(tmp_path, wds, directory, processor, path_line, *, videos: bool, **kwargs) -> dict:
     """Run ``vlmpack scan`` (it prints ``path_line``); every row's counts equal the reference's; the kinds seen."""
-    config = _config(tmp_path, wds, directory, **kwargs)
+    video = kwargs.pop("video", None) or {"max_frames": 12}
+    config = scan_config(tmp_path, wds, directory, max_token_len=1_000_000, sections={"video": video}, **kwargs)
     result = CliRunner().invoke(cli, ["scan", "--config", str(config)])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert path_line in result.output

@@ -18,8 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from _family_kit import edge_dataset, samples_in
+from _family_kit import edge_dataset, samples_in, scan_config
 from click.testing import CliRunner
 from PIL import Image
 from transformers import AutoImageProcessor
@@ -54,17 +53,6 @@ def wds(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("mistral3_wds")
     return edge_dataset(root, seed=13, samples_per_shard=12, sizes=SIZES, second_image=(640, 480))
 
-
-def _config(tmp_path: Path, wds: Path, processor_dir: Path, **kwargs) -> Path:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 65536},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir), **kwargs}},
-        "scan": {"max_drop_ratio": 1.0},  # the videos and the 5000:1 images drop on purpose
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def _processor(directory: Path, **kwargs):
@@ -108,7 +96,7 @@ def _scan_matches_reference(tmp_path: Path, wds: Path, directory: Path, processo
     ids (the loader's) and labels; the kinds seen."""
     media_ids = set(processor.image_token_ids)
     assert len(media_ids) == 3
-    result = CliRunner().invoke(cli, ["scan", "--config", str(_config(tmp_path, wds, directory))])
+    result = CliRunner().invoke(cli, ["scan", "--config", str(scan_config(tmp_path, wds, directory))])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert PATH_LINE in result.output, result.output
     samples = samples_in(wds)
