@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the tokens package imports the families, not the other way 
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
-__all__ = ["SpecialTokens", "Size", "Family"]
+__all__ = ["SpecialTokens", "Size", "Family", "first_setting", "tokenizer_token"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +49,19 @@ class SpecialTokens:
         }
         found = {field: getattr(tokenizer, attr, None) for field, attr in names.items()}
         return cls(**{field: value for field, value in found.items() if isinstance(value, str) and value})
+
+
+def first_setting(sources: tuple[dict, ...], name: str):
+    """``name`` from the first of ``sources`` that sets it (not None), else None: e.g.
+    ``(model.processor_kwargs, the folder's settings)``, as ``from_pretrained`` lets kwargs win."""
+    return next((source[name] for source in sources if source.get(name) is not None), None)
+
+
+def tokenizer_token(tokenizer, attribute: str, default: str) -> str:
+    """The tokenizer's own name for a media token (``image_token`` ...) where its folder gives one, else the
+    processor's default: the order the family processors read them in."""
+    value = getattr(tokenizer, attribute, None)
+    return value if isinstance(value, str) and value else default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, tokenizer_token
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -57,16 +57,12 @@ class Gemma3Family:
         return {"tokens_per_image": _DEFAULT_SEQ_LENGTH}
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
-        def named(attribute: str, default: str) -> str:
-            value = getattr(tokenizer, attribute, None)  # the names the tokenizer's folder gives them
-            return value if isinstance(value, str) and value else default
-
-        boi = named("boi_token", "<start_of_image>")
+        boi = tokenizer_token(tokenizer, "boi_token", "<start_of_image>")
         return SpecialTokens(
             image_pad=boi,  # the processor's image_token is the boi token
             vision_start=boi,
-            vision_end=named("eoi_token", "<end_of_image>"),
-            image_soft=named("image_token", "<image_soft_token>"),
+            vision_end=tokenizer_token(tokenizer, "eoi_token", "<end_of_image>"),
+            image_soft=tokenizer_token(tokenizer, "image_token", "<image_soft_token>"),
         )
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:

@@ -76,7 +76,7 @@ from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
 from ..config import VideoConfig
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
@@ -153,10 +153,6 @@ def glm46v_sample_frames(metadata, *, temporal_patch_size: int) -> np.ndarray:
     return np.array(uniq, dtype=int)
 
 
-def _first(sources: tuple[dict, ...], name: str):
-    return next((source[name] for source in sources if source.get(name) is not None), None)
-
-
 def _size_bounds(path: Path, size, what: str) -> tuple[int, int]:
     if not (isinstance(size, dict) and isinstance(size.get("shortest_edge"), int)
             and isinstance(size.get("longest_edge"), int)):  # fmt: skip
@@ -187,9 +183,9 @@ class Glm4vFamily:
         sources = (kwargs, image)
         settings = {}
         for name in ("patch_size", "merge_size", "temporal_patch_size"):
-            value = _first(sources, name)
+            value = first_setting(sources, name)
             settings[name] = int(value) if value is not None else int(getattr(Glm4vImageProcessorPil, name))
-        size = _first(sources, "size")
+        size = first_setting(sources, "size")
         settings["min_pixels"], settings["max_pixels"] = _size_bounds(
             path, dict(Glm4vImageProcessorPil.size) if size is None else size, "image"
         )
@@ -247,13 +243,9 @@ class Glm4vFamily:
         )  # fmt: skip
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
-        def named(attribute: str, default: str) -> str:
-            value = getattr(tokenizer, attribute, None)  # Glm4vProcessor: the tokenizer's, else its default
-            return value if isinstance(value, str) and value else default
-
         return SpecialTokens(
-            image_pad=named("image_token", "<|image|>"),
-            video_pad=named("video_token", "<|video|>"),
+            image_pad=tokenizer_token(tokenizer, "image_token", "<|image|>"),
+            video_pad=tokenizer_token(tokenizer, "video_token", "<|video|>"),
             vision_start="<|begin_of_image|>",
             vision_end="<|end_of_image|>",
         )

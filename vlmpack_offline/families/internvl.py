@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -76,10 +76,6 @@ def tiles_for(height: int, width: int, *, tile: tuple[int, int], min_tiles: int,
     return grid + 1 if grid != 1 else 1  # the thumbnail joins any grid of more than one tile
 
 
-def _first(sources: tuple[dict, ...], name: str):
-    return next((source[name] for source in sources if source.get(name) is not None), None)
-
-
 class InternVLFamily:
     name = "internvl"
     model_types = frozenset({"internvl"})
@@ -87,8 +83,8 @@ class InternVLFamily:
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
-        seq = _first((kwargs, processor, image), "image_seq_length")
-        size = _first((kwargs, image), "size")
+        seq = first_setting((kwargs, processor, image), "image_seq_length")
+        size = first_setting((kwargs, image), "size")
         if size is None:
             tile = _DEFAULT_TILE
         elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
@@ -99,7 +95,7 @@ class InternVLFamily:
                 '{"height": H, "width": W} (e.g. {"height": 448, "width": 448}). Fix size in the folder or '
                 "model.processor_kwargs"
             )
-        low, high = _first((kwargs, image), "min_patches"), _first((kwargs, image), "max_patches")
+        low, high = first_setting((kwargs, image), "min_patches"), first_setting((kwargs, image), "max_patches")
         if "crop_to_patches" in kwargs and not kwargs["crop_to_patches"]:  # one resized tile (see the module doc)
             low, high = 1, 1
         return {
@@ -111,16 +107,12 @@ class InternVLFamily:
         }
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
-        def named(attribute: str, default: str) -> str:
-            value = getattr(tokenizer, attribute, None)  # the folder's extra_special_tokens, as the processor reads them
-            return value if isinstance(value, str) and value else default
-
-        context = named("context_image_token", "<IMG_CONTEXT>")
+        context = tokenizer_token(tokenizer, "context_image_token", "<IMG_CONTEXT>")
         return SpecialTokens(
             image_pad=context,  # what the template renders and the processor expands
-            video_pad=named("video_token", "<video>"),
-            vision_start=named("start_image_token", "<img>"),
-            vision_end=named("end_image_token", "</img>"),
+            video_pad=tokenizer_token(tokenizer, "video_token", "<video>"),
+            vision_start=tokenizer_token(tokenizer, "start_image_token", "<img>"),
+            vision_end=tokenizer_token(tokenizer, "end_image_token", "</img>"),
             image_soft=context,
         )
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -73,10 +73,6 @@ def kimi_grid(rules: ModelRules, height: int, width: int) -> tuple[int, int, int
     return 1, pad_h // rules.patch_size, pad_w // rules.patch_size
 
 
-def _first(sources: tuple[dict, ...], name: str):
-    return next((source[name] for source in sources if source.get(name) is not None), None)
-
-
 class KimiK25Family:
     name = "kimi_k25"
     model_types = frozenset({"kimi_k25"})
@@ -90,23 +86,23 @@ class KimiK25Family:
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
         sources = (kwargs, image)
-        if "media_proc_cfg" in image and _first(sources, "max_patches") is None:
+        if "media_proc_cfg" in image and first_setting(sources, "max_patches") is None:
             raise ConfigError(
                 f"{path}: the image settings hold the remote-code Kimi-K2.5 media_proc_cfg, which transformers' "
                 "Kimi_K25ImageProcessor does not read; vlmpack counts the transformers processor. Write its keys "
                 'in the folder or model.processor_kwargs: max_patches (in_patch_limit), size {"max_height": P, '
                 '"max_width": P} (patch_limit_on_one_side), patch_size, merge_size'
             )
-        if _first(sources, "do_resize") is False:
+        if first_setting(sources, "do_resize") is False:
             raise ConfigError(
                 f"{path}: do_resize is false (processor settings or model.processor_kwargs); vlmpack counts Kimi-K2.5 "
                 "images as the processor resizes and pads them. Set model.processor_kwargs.do_resize: true"
             )
         settings = {}
         for name in ("patch_size", "merge_size", "max_patches"):
-            value = _first(sources, name)
+            value = first_setting(sources, name)
             settings[name] = int(value) if value is not None else _DEFAULTS[name]
-        size = _first(sources, "size")
+        size = first_setting(sources, "size")
         if size is None:
             size = {"max_height": _DEFAULTS["max_side"], "max_width": _DEFAULTS["max_side"]}
         if not (isinstance(size, dict) and isinstance(size.get("max_height"), int)
@@ -120,13 +116,9 @@ class KimiK25Family:
         return settings
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
-        def named(attribute: str, default: str) -> str:
-            value = getattr(tokenizer, attribute, None)  # Kimi_K25Processor: the tokenizer's, else its default
-            return value if isinstance(value, str) and value else default
-
         return SpecialTokens(
-            image_pad=named("image_token", "<|media_pad|>"),
-            video_pad=named("video_token", "<|kimi_k25_video_placeholder|>"),
+            image_pad=tokenizer_token(tokenizer, "image_token", "<|media_pad|>"),
+            video_pad=tokenizer_token(tokenizer, "video_token", "<|kimi_k25_video_placeholder|>"),
             vision_start="<|media_begin|>",
             vision_end="<|media_end|>",
         )

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..config import VideoConfig
 from ..errors import ConfigError
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
@@ -100,10 +100,6 @@ def video_tokens(n_frames: int, *, base: int) -> int:
     return n_frames * pooled * pooled + 1
 
 
-def _first(sources: tuple[dict, ...], name: str):
-    return next((source[name] for source in sources if source.get(name) is not None), None)
-
-
 def _square(path: Path, name: str, value) -> tuple[int, int]:
     if isinstance(value, dict) and isinstance(value.get("height"), int) and isinstance(value.get("width"), int):
         return value["height"], value["width"]
@@ -127,35 +123,31 @@ class LlavaOnevisionFamily:
             LlavaOnevisionImageProcessorPil as Defaults,
         )
 
-        base = _first((kwargs, processor), "num_image_tokens")
+        base = first_setting((kwargs, processor), "num_image_tokens")
         if base is None:
             raise ConfigError(
                 f"{path}: no num_image_tokens in processor_config.json or model.processor_kwargs; "
                 "LlavaOnevisionProcessor cannot expand an image without it (729 for the SigLIP-384 checkpoints): "
                 "set model.processor_kwargs.num_image_tokens"
             )
-        aspect = str(_first((kwargs, processor), "vision_aspect_ratio") or _DEFAULT_ASPECT)
+        aspect = str(first_setting((kwargs, processor), "vision_aspect_ratio") or _DEFAULT_ASPECT)
         if not aspect.strip("anyres_max_").isdigit():  # noqa: B005 (the processor does int(aspect.strip("anyres_max_")))
             raise ConfigError(f"{path}: vision_aspect_ratio is {aspect!r}; the processor reads anyres_max_N")
-        pinpoints = _first((kwargs, image), "image_grid_pinpoints") or Defaults.image_grid_pinpoints
-        size = _square(path, "size", _first((kwargs, image), "size") or Defaults.size)
-        if _first((kwargs, image), "do_center_crop"):
-            size = _square(path, "crop_size", _first((kwargs, image), "crop_size"))
+        pinpoints = first_setting((kwargs, image), "image_grid_pinpoints") or Defaults.image_grid_pinpoints
+        size = _square(path, "size", first_setting((kwargs, image), "size") or Defaults.size)
+        if first_setting((kwargs, image), "do_center_crop"):
+            size = _square(path, "crop_size", first_setting((kwargs, image), "crop_size"))
         return {
             "tokens_per_image": int(base),
             "tile_size": size,
             "grid_pinpoints": tuple((int(h), int(w)) for h, w in pinpoints),
             "vision_aspect_ratio": aspect,
-            "feature_select_strategy": str(_first((kwargs, processor), "vision_feature_select_strategy") or ""),
+            "feature_select_strategy": str(first_setting((kwargs, processor), "vision_feature_select_strategy") or ""),
             "temporal_patch_size": 1,  # the video processor takes any frame count
         }
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
-        def named(attribute: str, default: str) -> str:
-            value = getattr(tokenizer, attribute, None)  # the processor prefers the tokenizer's own names
-            return value if isinstance(value, str) and value else default
-
-        image, video = named("image_token", "<image>"), named("video_token", "<video>")
+        image, video = tokenizer_token(tokenizer, "image_token", "<image>"), tokenizer_token(tokenizer, "video_token", "<video>")
         return SpecialTokens(image_pad=image, video_pad=video, vision_start="", vision_end="", image_soft=image)
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:

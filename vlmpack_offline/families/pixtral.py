@@ -52,7 +52,7 @@ from transformers.models.pixtral.image_processing_pil_pixtral import (
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, first_setting
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -79,10 +79,6 @@ def pixtral_grid(rules: ModelRules, height: int, width: int, *, part: str = "") 
     return resized_h // patch, resized_w // patch
 
 
-def _first(sources: tuple[dict, ...], name: str):
-    return next((source[name] for source in sources if source.get(name) is not None), None)
-
-
 class PixtralFamily:
     name = "mistral3"
     model_types = frozenset({"mistral3"})
@@ -91,7 +87,7 @@ class PixtralFamily:
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
-        patch, merge = _first((kwargs, processor), "patch_size"), _first((kwargs, processor), "spatial_merge_size")
+        patch, merge = first_setting((kwargs, processor), "patch_size"), first_setting((kwargs, processor), "spatial_merge_size")
         for name, value in (("patch_size", patch), ("spatial_merge_size", merge)):
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ConfigError(
@@ -99,17 +95,17 @@ class PixtralFamily:
                     f"(e.g. 14 and 2 for Mistral-Small-3.1). Fix it in processor_config.json or model.processor_kwargs"
                 )
         for name, token in (("image_token", "[IMG]"), ("image_break_token", "[IMG_BREAK]"), ("image_end_token", "[IMG_END]")):
-            if _first((kwargs, processor), name) not in (None, token):
+            if first_setting((kwargs, processor), name) not in (None, token):
                 raise ConfigError(
-                    f"{path}: the Pixtral processor's {name} is {_first((kwargs, processor), name)!r}; vlmpack counts "
+                    f"{path}: the Pixtral processor's {name} is {first_setting((kwargs, processor), name)!r}; vlmpack counts "
                     f"PixtralProcessor's own {token}. Use a folder with the published token names"
                 )
-        if _first((kwargs, image), "do_resize") is False:
+        if first_setting((kwargs, image), "do_resize") is False:
             raise ConfigError(
                 f"{path}: do_resize is false; vlmpack counts Pixtral images resized to size.longest_edge. "
                 "Set do_resize: true (or remove it)"
             )
-        size = _first((kwargs, image), "size") or dict(PixtralImageProcessorPil.size)
+        size = first_setting((kwargs, image), "size") or dict(PixtralImageProcessorPil.size)
         if isinstance(size, dict) and isinstance(size.get("longest_edge"), int):
             bound = (size["longest_edge"], size["longest_edge"])
         elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
