@@ -26,7 +26,7 @@ from vlmpack_offline.synthetic.shards import generate_dataset
 from vlmpack_offline.tokens import FAST_FAMILIES, load_model_rules
 
 REPO = Path(__file__).resolve().parents[1]
-EXIT_LIMIT_S = 60  # generous for a busy machine; the hang this guards against never ends
+EXIT_LIMIT_S = 120  # generous for a busy machine (2 test processes on 2 cores); the hang it guards against never ends
 
 
 def _config_file(tmp_path: Path, wds, processor_dir: Path | str, **sections) -> Path:

@@ -63,7 +63,7 @@ def _driver(config: Path, stage: str, die_after: str) -> int:
     """Run ``vlmpack <stage>`` in a subprocess that SIGKILLs itself after N results (the test hook)."""
     command = [sys.executable, "-c", "from vlmpack_offline.cli import main; main()", stage, "--config", str(config)]
     env = {**__import__("os").environ, "VLMPACK_TEST_RAY_DIE_AFTER": die_after}
-    return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120).returncode
+    return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300).returncode
 
 
 @pytest.fixture(scope="module")
