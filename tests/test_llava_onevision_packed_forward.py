@@ -126,8 +126,9 @@ def test_a_pack_with_a_video_equals_each_sub_sample_alone(setup, tmp_path):
 
 @pytest.mark.torchvision
 def test_videos_of_different_lengths_share_the_recipes_32_frames_and_pack_together(setup, tmp_path):
-    """No ``video:`` section: LLaVA-OneVision's own recipe samples 32 frames from a 5 s and a 9 s video alike,
-    so both fit the model's one ``[videos, frames, ...]`` tensor, and the packed forward equals each alone."""
+    """No ``video:`` section: LLaVA-OneVision's own recipe samples 32 frames from a 9 s and a 1.6 s (16-frame,
+    some repeated) video alike, so both fit the model's one ``[videos, frames, ...]`` tensor, and the packed
+    forward equals each alone."""
     from vlmpack_offline.synthetic.shards import video_bytes
 
     model, _ = setup
@@ -138,7 +139,7 @@ def test_videos_of_different_lengths_share_the_recipes_32_frames_and_pack_togeth
     encoder = PackEncoder(config, EncoderOptions(check_lengths=False))
     turns = [([{"type": "video", "video": f"v{i}.mp4"}, {"type": "text", "text": "What happens?"}], f"It moves {i}.")
              for i in range(2)]  # fmt: skip
-    media = {"v0.mp4": video_bytes(50, 10, 96, 64, seed=5), "v1.mp4": video_bytes(90, 10, 64, 96, seed=6)}
+    media = {"v0.mp4": video_bytes(16, 10, 96, 64, seed=5), "v1.mp4": video_bytes(90, 10, 64, 96, seed=6)}
     batch = encoder.encode(pack_of(turns, capacity=16384), media)
     videos = batch.vision["pixel_values_videos"]
     assert videos.shape[:3] == (2, 32, 3)

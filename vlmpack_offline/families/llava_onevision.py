@@ -34,9 +34,12 @@ resizes each to the tile size, so the count is a function of the frame count alo
 ones the shared sampler (``video:``) picks, any count (no temporal pairing: ``temporal_patch_size`` 1), at
 their decoded size (``sample_video``: no Qwen-style resize, so no 200:1 refusal). The family's own recipe
 (``video_defaults``, under the folder's settings and ``video:``) is LLaVA-OneVision's: 32 frames spread
-evenly over the video (``frames_upbound`` 32 in its training scripts), every frame of a shorter one. The
-model takes a pack's videos as one ``[videos, frames, ...]`` tensor, so they must share a frame count:
-a pack whose videos do not is refused by the loader (``concat_vision_inputs``), not padded.
+evenly over the video (``frames_upbound`` 32 in its training scripts); a video of fewer frames gets 32
+too, some repeated, as their ``force_sample`` does. Whenever ``min_frames >= max_frames`` (a fixed
+count) every video gets ``max_frames`` this way: the model takes a pack's videos as one
+``[videos, frames, ...]`` tensor, so they must share a frame count. A pack whose videos still differ
+(a ``video:`` with ``min_frames < max_frames``) is refused by the loader (``concat_vision_inputs``),
+not padded.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from ..config import VideoConfig
 from ..errors import ConfigError
@@ -165,7 +170,12 @@ class LlavaOnevisionFamily:
 
         height, width = rules.tile_size
         tile = dataclasses.replace(info, height=height, width=width)
-        return sample_video(tile, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
+        sampling = sample_video(tile, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
+        fixed = settings.max_frames if settings.min_frames >= settings.max_frames else 0
+        if sampling.n_frames < fixed:  # a short video: LLaVA-NeXT's force_sample, frames repeat to the fixed count
+            indices = np.linspace(0, info.n_frames - 1, fixed).round().astype(np.int64)
+            sampling = dataclasses.replace(sampling, frame_indices=tuple(int(i) for i in indices))
+        return sampling
 
     def video_defaults(self) -> VideoConfig:
         """LLaVA-OneVision's recipe: 32 evenly spread frames whatever the length (see the module doc)."""
