@@ -57,7 +57,9 @@ class PixtralImages:
             out = self.image_processor(images=[img], patch_size=self.patch, return_tensors="pt", **overrides)
         return {name: out[name] for name in self.fields}
 
-    def frames(self, frames) -> dict[str, torch.Tensor]:
+    resized_frames = True  # as MediaProcessor: the encoder reads it before frames(), which refuses any video
+
+    def frames(self, frames, sampling=None) -> dict[str, torch.Tensor]:
         raise ValueError("Pixtral / Mistral3 take no video (the scan drops video samples as unsupported_media)")
 
     def token_type_ids(self, input_ids: torch.Tensor) -> None:

@@ -56,7 +56,6 @@ class RopeIndex:
         self.video_start_token_id = getattr(config, "video_start_token_id", None) if glm else None
         self.video_end_token_id = getattr(config, "video_end_token_id", None) if glm else None
 
-
     @classmethod
     def from_processor_dir(cls, path: str | Path, *, model_type: str | None = None) -> RopeIndex:
         """The folder's ``config.json``; HF's defaults for ``model_type`` when the folder has none."""

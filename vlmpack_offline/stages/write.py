@@ -407,7 +407,7 @@ def _describe_and_write(
     out_dir = config.packed_wds_dir
     packs = read_plan(config.work_dir, plan)
     chunks = (
-        (config, fp, shard_paths, first // _SIZE_CHUNK, tuple(islice(packs, min(_SIZE_CHUNK, plan.n_packs - first))))
+        (config, fp, shard_paths, first // _SIZE_CHUNK, tuple(islice(packs, _SIZE_CHUNK)))
         for first in range(0, plan.n_packs, _SIZE_CHUNK)
     )
     splits = _SplitsOf(plan)
