@@ -4,19 +4,21 @@ hand-made packs of text and image sub-samples."""
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
+from PIL import Image
 
 from vlmpack_offline.conversation import Conversation, parse_conversation
 from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range, split_key
 
-__all__ = ["scan_config", "edge_dataset", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
+__all__ = ["scan_config", "edge_dataset", "sub_sample_images", "processor_on", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
 
 
 def scan_config(tmp_path: Path, wds: Path, processor_dir: Path, *, max_token_len: int = 65536,
@@ -75,6 +77,21 @@ def read_packs(packed_dir: Path) -> Iterator[tuple[PackedSample, dict[str, bytes
                 groups.setdefault(key, {})[part] = tar.extractfile(member).read()
         for parts in groups.values():
             yield PackedSample.from_json(json.loads(parts.pop("json"))), parts
+
+
+def sub_sample_images(sub: PackedSubSample, media: dict[str, bytes]) -> list[Image.Image]:
+    """A packed sub-sample's images in conversation order, opened from the pack's media (no EXIF transpose)."""
+    parts = [item["image"] for m in sub.messages for item in m["content"]
+             if isinstance(item, dict) and item.get("type") == "image"]  # fmt: skip
+    return [Image.open(io.BytesIO(media[p])) for p in parts]
+
+
+def processor_on(oracle, sub: PackedSubSample, media: dict[str, bytes]) -> tuple[list[Image.Image], dict]:
+    """(its images, the real processor's output) for one sub-sample alone: the processor's own chat template
+    renders the text, and the processor expands and processes its images."""
+    images = sub_sample_images(sub, media)
+    text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
+    return images, oracle(text=[text], images=images or None, return_tensors="pt")
 
 
 def text_item(text: str) -> dict:

@@ -11,13 +11,11 @@ length, and the labelled tokens must decode to the assistant answers, each with 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import packed_dataset, read_packs
-from PIL import Image
+from _family_kit import packed_dataset, processor_on, read_packs
 from transformers import AutoProcessor
 
 from vlmpack_offline.loader import PackEncoder
@@ -42,11 +40,7 @@ def test_every_gemma3_pack_equals_the_real_processor_on_each_sub_sample(packed):
         bounds = batch.cu_seqlens.tolist()
         pixels = []
         for index, sub in enumerate(pack.samples):
-            parts = [item["image"] for m in sub.messages for item in m["content"]
-                     if isinstance(item, dict) and item.get("type") == "image"]  # fmt: skip
-            images = [Image.open(io.BytesIO(media[p])) for p in parts]
-            text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
-            expected = oracle(text=[text], images=images or None, return_tensors="pt")
+            images, expected = processor_on(oracle, sub, media)
             start, end = bounds[index], bounds[index + 1]
             assert end - start == sub.token_len  # the plan's length
             assert torch.equal(batch.input_ids[0, start:end], expected["input_ids"][0])

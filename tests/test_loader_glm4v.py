@@ -16,13 +16,11 @@ are checked in ``tests/test_glm4v_video_packed_forward.py``.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import images_only, packed_dataset, read_packs
-from PIL import Image
+from _family_kit import images_only, packed_dataset, processor_on, read_packs
 from transformers import AutoConfig, Glm4vModel, Glm4vProcessor
 from transformers.utils import is_torchvision_available
 
@@ -69,11 +67,7 @@ def test_every_glm4v_pack_equals_the_real_processor_on_each_sub_sample(packed):
         bounds = batch.cu_seqlens.tolist()
         pixels, grids = [], []
         for index, sub in enumerate(pack.samples):
-            parts = [item["image"] for m in sub.messages for item in m["content"]
-                     if isinstance(item, dict) and item.get("type") == "image"]  # fmt: skip
-            images = [Image.open(io.BytesIO(media[p])) for p in parts]
-            text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
-            expected = oracle(text=[text], images=images or None, return_tensors="pt")
+            images, expected = processor_on(oracle, sub, media)
             start, end = bounds[index], bounds[index + 1]
             assert end - start == sub.token_len  # the plan's length
             assert torch.equal(batch.input_ids[0, start:end], expected["input_ids"][0])

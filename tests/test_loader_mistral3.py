@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import packed_dataset, read_packs
+from _family_kit import packed_dataset, read_packs, sub_sample_images
 from PIL import Image
 
 from vlmpack_offline.loader import PackEncoder
@@ -37,12 +37,6 @@ pytestmark = pytest.mark.torchvision
 def packed(tmp_path_factory) -> tuple[Path, Path]:
     return packed_dataset(tmp_path_factory.mktemp("mistral3_loader"), "mistral3", "transformers5", seed=7,
                           max_token_len=8192)  # fmt: skip
-
-
-def _images(sub, media) -> list[Image.Image]:
-    parts = [item["image"] for m in sub.messages for item in m["content"]
-             if isinstance(item, dict) and item.get("type") == "image"]  # fmt: skip
-    return [Image.open(io.BytesIO(media[p])) for p in parts]
 
 
 @pytest.mark.slow
@@ -59,7 +53,7 @@ def test_every_mistral3_pack_equals_the_real_processor_on_each_sub_sample(packed
         bounds = batch.cu_seqlens.tolist()
         alone_pixels, sizes, every_image = [], [], []
         for index, sub in enumerate(pack.samples):
-            images = _images(sub, media)
+            images = sub_sample_images(sub, media)
             text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
             expected = oracle(text=[text], images=images or None, return_tensors="pt")
             start, end = bounds[index], bounds[index + 1]
