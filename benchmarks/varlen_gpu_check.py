@@ -6,6 +6,10 @@
    vs SDPA with the block-diagonal causal mask, on random bf16 q/k/v of a pack.
 2. A tiny random Qwen2.5-VL text pack: ``flash_attention_2`` (when flash-attn is installed) with
    ``cu_seq_lens_q/k`` vs ``sdpa`` with the 4D mask, logits compared in bf16.
+3. A tiny random Qwen3.5 text pack (Gated DeltaNet + full attention) with flash-linear-attention and
+   causal-conv1d installed: the packed forward (``cu_seq_lens_q`` + ``seq_idx`` from ``model_kwargs``)
+   vs each sub-sample run alone, in bf16. (On CPU, tests/test_linear_attention_packing.py checks the
+   same with HF's reference functions standing in for the two kernels.)
 Exits 0 with a "skipped" line when there is no CUDA device.
 """
 
@@ -73,11 +77,49 @@ def _model_check() -> float | None:
     return diff
 
 
+def _linear_attention_check() -> float | None:
+    missing = [name for name in ("fla", "causal_conv1d") if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"Qwen3.5 linear-attention check skipped: {', '.join(missing)} not installed")
+        return None
+    from transformers import Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
+
+    from vlmpack_offline.loader import PackBatch, VisionInputs
+
+    config = Qwen3_5TextConfig(
+        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
+        linear_num_value_heads=4, layer_types=["linear_attention", "full_attention"],
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Qwen3_5ForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    lengths = [300, 17, 900]
+    ids = torch.randint(0, 1000, (1, sum(lengths)), device="cuda")
+    cu = torch.tensor([0, 300, 317, 1217], dtype=torch.int32, device="cuda")
+    pos = torch.cat([torch.arange(n) for n in lengths]).cuda()[None]
+    batch = PackBatch(
+        pack_id=0, sample_ids=("a", "b", "c"), input_ids=ids, labels=ids, position_ids=pos, cu_seqlens=cu,
+        max_seqlen=max(lengths), vision=VisionInputs(), n_images_per_sample=torch.zeros(3, dtype=torch.long),
+        n_videos_per_sample=torch.zeros(3, dtype=torch.long), linear_attention=True,
+    )  # fmt: skip
+    with torch.no_grad():
+        packed = model(**batch.model_kwargs("sdpa", with_labels=False)).logits.float()
+        alone = torch.cat(
+            [model(input_ids=ids[:, s:e], use_cache=False).logits.float() for s, e in zip(cu[:-1], cu[1:], strict=True)],
+            dim=1,
+        )
+    diff = (packed - alone).abs().max().item()
+    print(f"tiny Qwen3.5 pack (fla + causal-conv1d) vs each sub-sample alone: logits max abs diff = {diff:.3e}")
+    return diff
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("skipped: no CUDA device (this check needs a GPU)")
         return 0
-    diffs = [d for d in (_attention_check(), _model_check()) if d is not None]
+    diffs = [d for d in (_attention_check(), _model_check(), _linear_attention_check()) if d is not None]
     ok = all(d < BF16_TOL for d in diffs)
     print("OK" if ok else f"FAIL: a difference exceeds {BF16_TOL}")
     return 0 if ok else 1

@@ -82,7 +82,7 @@ class PackBatch:
     n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
     token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
-    linear_attention: bool = False  # the model has linear-attention layers: cu_seq_lens always passed (model_kwargs)
+    linear_attention: bool = False  # the model has linear-attention layers: boundaries always passed (model_kwargs)
     sliding_window: int | None = None  # the window of the model's sliding-window layers (Gemma3): masks per layer type
 
     @property
@@ -99,6 +99,12 @@ class PackBatch:
         lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
         offsets = torch.repeat_interleave(starts, lengths)
         return (torch.arange(self.seq_len, device=offsets.device) - offsets)[None]
+
+    def segment_index(self) -> torch.Tensor:
+        """``int32 [1, S]``: the sub-sample each token belongs to (causal-conv1d's ``seq_idx``)."""
+        lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
+        segments = torch.arange(self.n_segments, dtype=torch.int32, device=self.cu_seqlens.device)
+        return torch.repeat_interleave(segments, lengths)[None]
 
     def hf_position_ids(self) -> torch.Tensor:
         """Positions for an HF Qwen-VL forward: ``[4, 1, S]`` = text row + the 3 mRoPE rows.
@@ -123,9 +129,12 @@ class PackBatch:
           packs without media; with media they are left out, because HF Qwen-VL forwards these kwargs
           into the vision tower too, whose attention sets its own ``cu_seq_lens_q`` (a duplicate keyword).
           HF's flash path then derives the same ``cu_seqlens`` from the text row of ``position_ids``.
-        * a model with linear-attention layers (``linear_attention``, Qwen3.5): ``cu_seq_lens_q/k`` always,
-          since nothing else keeps their recurrent state inside a sub-sample; HF then keeps packed
-          sequences apart (with flash-linear-attention) or refuses them with its own error, never mixes them.
+        * a model with linear-attention layers (``linear_attention``, Qwen3.5): ``cu_seq_lens_q/k`` and
+          ``seq_idx`` always, since nothing else keeps a sub-sample's state inside it: HF hands
+          ``cu_seq_lens_q`` to the gated delta rule (flash-linear-attention) and ``seq_idx`` to the short
+          convolution before it (causal-conv1d), whose 3-token window would otherwise read the previous
+          sub-sample. With those packages HF keeps packed sequences apart; without them it refuses with its
+          own error, never mixes them.
         * a model with sliding-window layers (``sliding_window``, Gemma3), ``sdpa`` / ``eager``: one mask per
           layer type (``attention.layer_type_masks``: windowed for the sliding layers, image tokens seeing
           each other both ways where ``token_type_ids`` mark them), as HF builds them for each sub-sample alone.
@@ -139,7 +148,7 @@ class PackBatch:
         if self.linear_attention:  # recurrent layers see boundaries only here; without them HF would leak
             kwargs.update(  # state across sub-samples, so pass them always (HF refuses if it cannot use them)
                 cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
-                max_length_q=self.max_seqlen, max_length_k=self.max_seqlen,
+                max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, seq_idx=self.segment_index(),
             )  # fmt: skip
         if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
             if not len(self.vision):

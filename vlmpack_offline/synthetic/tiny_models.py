@@ -1,4 +1,4 @@
-"""Tiny random Qwen-VL models (no downloaded weights) for the equivalence tests and the example.
+"""Tiny random Qwen-VL / Qwen3.5 models (no downloaded weights) for the equivalence tests and the example.
 
 Hidden size 64, 2 layers; the vision settings (patch, merge, temporal patch) match
 the public processors built by ``processor_dir.build_processor_dir``, so the
@@ -33,7 +33,22 @@ def _configs(family: str):
 
         vision |= {"patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1]}
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision), Qwen2_5_VLForConditionalGeneration
-    raise ValueError(f"no tiny model for {family!r}; choose qwen2_5_vl or qwen3_vl")
+    if family == "qwen3_5":  # one Gated DeltaNet layer, one full-attention layer; Qwen tokenizer's media ids
+        from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+        text |= {
+            "layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "rope_parameters": {
+                "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                "mrope_section": [1, 1, 2], "mrope_interleaved": True,
+            },
+        }  # fmt: skip
+        vision |= {"patch_size": 16, "num_position_embeddings": 144}
+        tokens = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+                  "vision_end_token_id": 151653}  # fmt: skip
+        return Qwen3_5Config(text_config=text, vision_config=vision, **tokens), Qwen3_5ForConditionalGeneration
+    raise ValueError(f"no tiny model for {family!r}; choose qwen2_5_vl, qwen3_vl or qwen3_5")
 
 
 def tiny_qwen_vl(family: str, attn_implementation: str = "sdpa", seed: int = 0) -> torch.nn.Module:
