@@ -4,8 +4,10 @@ The reference is transformers' own ``Kimi_K25Processor`` built by ``AutoProcesso
 image and video processors need torchvision: those tests are marked ``torchvision`` and run in
 ``.venv-ref``), run on the rendered chat and the decoded images. Its ``input_ids`` are compared by length
 with the scan's ``token_len`` (the whole ``vlmpack scan`` stage), token by token with ``materialize``, and
-its ``<|media_pad|>`` ids with ``media_tokens``, for text, one-image and multi-image samples with many sizes
-(below one patch, past the 16384-patch budget, past 512 patches on a side, 5000:1), in both folder layouts.
+its ``<|media_pad|>`` + video placeholder ids with ``media_tokens``, for text, one-image and multi-image
+samples with many sizes (below one patch, past the 16384-patch budget, past 512 patches on a side, 5000:1) and
+the generated videos (every frame decoded by PyAV, handed with the container's ``VideoMetadata``: the
+processor samples its own frames), in both folder layouts (more video cases: ``test_kimi_k25_video.py``).
 ``navit_resize`` (written out here: transformers' lives in a torchvision module) is compared with
 transformers' own over a grid of sizes and settings. Without torchvision the scan still counts on the
 fast path, and the loader says in one line that it needs torchvision.
@@ -27,13 +29,13 @@ from vlmpack_offline.cli import cli
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.families.kimi_k25 import KIMI_K25, navit_resize
 from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes
 from vlmpack_offline.tokens import load_model_rules, make_counter
 
 LAYOUTS = ("hub", "transformers5")
-PATH_LINE = "kimi_k25: fast path (NaViT patch grid from headers: patch 14, merge 2, max 16384 patches, 512 per side)"
+PATH_LINE = ("kimi_k25: fast path (NaViT patch grid from headers: patch 14, merge 2, max 16384 patches, 512 per side; "
+             "videos: 2.0 fps, chunks of 4 frames, max 4096 patches per frame)")
 
 # (width, height): below one patch, one patch, around the 28 px factor, wide / tall, 5000:1, past the
 # 16384-patch budget (2100x1600: 150 x 114 patches), past 512 patches on one side (8000x100, 100x8000)
@@ -64,10 +66,26 @@ def _run_scan(tmp_path: Path, wds: Path, directory: Path, path_line: str, **kwar
         return list(manifest.iter_samples())
 
 
+def every_frame(data: bytes):
+    """(every frame as uint8 [T, H, W, 3], the container's VideoMetadata), read by PyAV alone."""
+    import av
+    import numpy as np
+    from transformers.video_utils import VideoMetadata
+
+    with av.open(io.BytesIO(data)) as container:
+        fps = float(container.streams.video[0].average_rate)
+        frames = np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+    return frames, VideoMetadata(total_num_frames=len(frames), fps=fps, duration=len(frames) / fps)
+
+
 def _reference(processor, conversation, parts) -> list[int]:
+    """The processor's ``input_ids``: the decoded images, and every frame of each video with its metadata
+    (the processor samples the frames itself, ``do_sample_frames`` of the folder)."""
     text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
-    images = [Image.open(io.BytesIO(parts[m.part])) for m in conversation.media]
-    return list(processor(text=[text], images=images or None)["input_ids"][0])
+    images = [Image.open(io.BytesIO(parts[m.part])) for m in conversation.media if m.kind == "image"]
+    videos = [every_frame(parts[m.part]) for m in conversation.media if m.kind == "video"]
+    kwargs = {"videos": [v for v, _ in videos], "video_metadata": [m for _, m in videos]} if videos else {}
+    return list(processor(text=[text], images=images or None, **kwargs)["input_ids"][0])
 
 
 def _scan_matches_reference(tmp_path, wds, directory, processor, path_line, **kwargs) -> dict:
@@ -75,19 +93,18 @@ def _scan_matches_reference(tmp_path, wds, directory, processor, path_line, **kw
     rows = _run_scan(tmp_path, wds, directory, path_line, **kwargs)
     samples = samples_in(wds)
     assert len(rows) == len(samples)
-    image = processor.image_token_id
+    image, video = processor.image_token_id, processor.video_token_id
     seen = {"text": 0, "image": 0, "multi": 0, "video": 0, "budget": 0}
     ip = processor.image_processor
     for row in rows:
         conversation, parts = samples[row.key]
         kinds = [m.kind for m in conversation.media]
-        if "video" in kinds:
-            assert row.status == Reason.UNSUPPORTED_MEDIA, (row.key, row.status, row.error)
-            seen["video"] += 1
-            continue
         ids = _reference(processor, conversation, parts)
         assert row.status == "ok", (row.key, row.status, row.error)
-        assert (row.token_len, row.media_tokens) == (len(ids), ids.count(image)), row.key
+        assert (row.token_len, row.media_tokens) == (len(ids), ids.count(image) + ids.count(video)), row.key
+        if "video" in kinds:
+            seen["video"] += 1
+            continue
         seen["text" if not kinds else "image" if len(kinds) == 1 else "multi"] += 1
         sizes = [Image.open(io.BytesIO(parts[m.part])).size for m in conversation.media]
         seen["budget"] += any((h // ip.patch_size) * (w // ip.patch_size) > ip.max_patches
@@ -135,9 +152,10 @@ def test_processor_kwargs_change_the_grid_as_in_the_processor(tmp_path, kimi_dir
     kwargs = {"max_patches": 256, "size": {"max_height": 24, "max_width": 24}}
     processor = AutoProcessor.from_pretrained(directory, **kwargs)
     assert processor.image_processor.max_patches == 256
-    path_line = "kimi_k25: fast path (NaViT patch grid from headers: patch 14, merge 2, max 256 patches, 24 per side)"
+    path_line = ("kimi_k25: fast path (NaViT patch grid from headers: patch 14, merge 2, max 256 patches, 24 per side; "
+                 "videos: 2.0 fps, chunks of 4 frames, max 256 patches per frame)")  # from_pretrained: both processors
     seen = _scan_matches_reference(tmp_path, wds, directory, processor, path_line, **kwargs)
-    assert seen["multi"] >= len(SIZES) and seen["budget"] >= len(SIZES), seen
+    assert seen["multi"] >= len(SIZES) and seen["budget"] >= len(SIZES) and seen["video"] >= 2, seen
 
 
 @pytest.mark.slow
@@ -150,14 +168,12 @@ def test_materialize_gives_the_processor_input_ids(kimi_dirs, wds, make_config):
     counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
     checked = 0
     for key, (conversation, parts) in samples_in(wds).items():
-        if any(m.kind == "video" for m in conversation.media):
-            continue
         ids = _reference(processor, conversation, parts)
         media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
         materialized = counter.materialize(conversation, media)
         assert materialized.input_ids == ids, key
         learned = [i for i, m in zip(ids, materialized.assistant_mask, strict=True) if m]
-        assert processor.image_token_id not in learned
+        assert processor.image_token_id not in learned and processor.video_token_id not in learned
         if key.startswith("edge"):  # one assistant turn: what the model generates after <think>
             assert processor.tokenizer.decode(learned) == f"</think>Answer {int(key[4:])}.<|im_end|>"
         checked += 1
@@ -180,14 +196,6 @@ def test_the_scan_counts_on_the_fast_path_without_the_processor(tmp_path, kimi_d
     assert rows["img"].media_tokens == 414 and rows["txt"].media_tokens == 0
     # the image adds its 414 pads where the text has one
     assert rows["img"].token_len - 414 + 1 > rows["txt"].token_len
-
-
-def test_a_video_item_is_dropped_as_unsupported_media(kimi_dirs, make_config):
-    counter = make_counter(make_config(wds_dir="unused", processor_dir=kimi_dirs["hub"]))
-    with pytest.raises(DropError) as caught:
-        counter.probe("video", b"not even read", part="clip.mp4")
-    assert caught.value.reason == Reason.UNSUPPORTED_MEDIA
-    assert "kimi_k25 takes no video (vlmpack does not count Kimi-K2.5 videos yet" in str(caught.value)
 
 
 def test_settings_are_read_from_both_layouts_and_processor_kwargs(tmp_path, kimi_dirs, make_config):

@@ -21,30 +21,69 @@ patch_limit_on_one_side). A folder with only the remote-code ``media_proc_cfg`` 
 processor does not read it. Positions: 1-D (``Kimi_K25Model`` passes ``position_ids`` to its DeepSeek-V3
 text model unchanged; no rope index from the grids).
 
-Video: ``Kimi_K25VideoProcessor`` needs torchvision and samples its own frames (fps 2, chunks of
-``temporal_patch_size`` 4 frames, one ``HH:MM:SS.mmm<|media_begin|>video<|media_content|>...<|media_end|>``
-block per chunk from the frame timestamps); the counts are not checked against it here, so a video item
-is dropped as ``unsupported_media``.
+Video. The template renders ``<|kimi_k25_video_placeholder|>`` (the video pad; the tokenizer's
+``video_token`` where it names one); ``Kimi_K25Processor.replace_video_token`` replaces it by one block per
+chunk ``i`` of ``temporal_patch_size`` (4) sampled frames (the last chunk may hold fewer)::
+
+    {stamp_i}<|media_begin|>video<|media_content|> <pad> * (H / patch * W / patch / merge**2) <|media_end|>
+    stamp_i = HH:MM:SS.mmm of timestamps[4 * i]   (time.strftime("%H:%M:%S", gmtime(s)) + f".{int(s % 1 * 1000):03d}")
+    (H, W)  = navit_resize(h, w, patch, merge, video max_patches (4096), video size.max_height) padded size
+
+so a chunk of 4 frames costs one frame's tokens (the vision tower pools them over time). The frames are the
+ones the video processor samples itself (``do_sample_frames``): transformers' own
+``BaseVideoProcessor.sample_frames`` (Kimi's class does not override it; torchvision-free, imported, not
+rewritten) on a ``VideoMetadata(total_num_frames, fps)`` from the container: ``fps`` frames per second,
+``int(n_frames / native_fps * fps)`` (at least 1) frames at ``arange(k) * n_frames // k``; a video whose
+frame rate is below ``fps`` is refused by that sampler (asks more frames than there are) and dropped as
+``unsupported_media``. The first sampled frame is frame 0, so the first stamp is always
+``00:00:00.000``: it joins the text before the pad in the tokenizer's pre-split, so the compact text keeps it
+in place (``compact_text``); every other stamp and ``video`` lie between special tokens and tokenize alone.
+``VideoSampling.resized_*`` is the padded size (what the patches cover); the loader hands the sampled frames
+at their decoded size with their ``VideoMetadata`` to the real video processor (``do_sample_frames=False``),
+which resizes, pads and cuts them into the same chunks (``video_grid_thw``: one ``[t, H / patch, W / patch]``
+row per chunk, ``pixel_values_videos``: their patches). That needs torchvision (``.venv-ref``); the count
+does not.
+
+Video settings: ``fps`` from ``video.fps`` of the config, then ``model.processor_kwargs``, then the folder's
+video settings, then the class default 2; ``temporal_patch_size`` / ``max_patches`` / ``size`` from
+``model.processor_kwargs`` (``from_pretrained`` hands them to both processors), then the video settings,
+then the class defaults (4, 4096, 512 x 512 patches; the public Kimi-K2.5 ``media_proc_cfg``'s
+temporal_merge_kernel_size, in_patch_limit_each_frame, sample_fps). ``min_frames`` / ``max_frames`` /
+``min_pixels`` / ``max_pixels`` / ``total_pixels`` of ``video:`` are not read by Kimi's video processor;
+a ``num_frames`` in the folder is refused (the processor then fails: ``fps`` and ``num_frames`` are
+exclusive). Training: HF's ``Kimi_K25Model`` (transformers 5.23) cannot take these videos itself:
+``get_image_features`` splits the pooled video features by ``t * h * w / merge**2`` per chunk where the
+temporal pooling left ``h * w / merge**2``, and its merge index cannot mix chunks of 4 and fewer frames
+(see docs/families.md).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from ..config import VideoConfig
 from ..errors import ConfigError
+from ..reasons import DropError, Reason
 from .base import Size, SpecialTokens, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
+    from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
-__all__ = ["KIMI_K25", "KimiK25Family", "navit_resize", "kimi_grid"]
+__all__ = ["KIMI_K25", "KimiK25Family", "navit_resize", "kimi_grid", "chunk_stamp", "VIDEO_DEFAULTS"]
 
 # Kimi_K25ImageProcessor's class defaults (image_processing_kimi_k25.py imports torchvision, so not read from it)
 _DEFAULTS = {"patch_size": 14, "merge_size": 2, "max_patches": 16384, "max_side": 512}
+# Kimi_K25VideoProcessor's class defaults (video_processing_kimi_k25.py imports torchvision; checked in .venv-ref)
+VIDEO_DEFAULTS = {"fps": 2, "temporal_patch_size": 4, "max_patches": 4096, "max_side": 512}
+_FIRST_STAMP = "00:00:00.000"  # the stamp of frame 0, which the sampler always picks first
+_CHUNK_OPEN, _CHUNK_CONTENT, _CHUNK_CLOSE = "<|media_begin|>", "video<|media_content|>", "<|media_end|>"
 
 
 def navit_resize(height: int, width: int, patch_size: int, merge_kernel_size: int, max_patches: int,
@@ -73,15 +112,15 @@ def kimi_grid(rules: ModelRules, height: int, width: int) -> tuple[int, int, int
     return 1, pad_h // rules.patch_size, pad_w // rules.patch_size
 
 
+def chunk_stamp(seconds: float) -> str:
+    """``Kimi_K25Processor.replace_video_token``'s text before a chunk: HH:MM:SS.mmm of its first frame."""
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds % 1 * 1000):03d}"
+
+
 class KimiK25Family:
     name = "kimi_k25"
     model_types = frozenset({"kimi_k25"})
-    takes_video = False
-    no_video_reason = (
-        "vlmpack does not count Kimi-K2.5 videos yet: transformers' Kimi_K25VideoProcessor needs torchvision and "
-        "samples its own frames, writing one timestamped <|media_begin|>video...<|media_end|> block per 4-frame "
-        "chunk; that expansion is not verified"
-    )
+    takes_video = True
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
@@ -113,7 +152,73 @@ class KimiK25Family:
                 '"max_width": 512}). Fix size in the folder or model.processor_kwargs'
             )
         settings["max_side_patches"] = size["max_height"]
+        settings.update(self._video_settings(path, kwargs, settings))
         return settings
+
+    def _video_settings(self, path: Path, kwargs: dict, image: dict) -> dict:
+        """The video processor's: ``model.processor_kwargs`` (``from_pretrained`` hands them to it too), then
+        the folder's video settings, then its class defaults."""
+        from ..tokens.rules import processor_settings  # the tokens package imports the families
+
+        sources = (kwargs, processor_settings(path)[1])
+        if first_setting(sources, "num_frames") is not None:
+            raise ConfigError(
+                f"{path}: the Kimi-K2.5 video settings set num_frames; Kimi_K25VideoProcessor samples by fps and "
+                "refuses num_frames next to it. Remove num_frames (set video.fps to sample fewer frames)"
+            )
+        for name in ("patch_size", "merge_size"):  # one vision tower for both
+            value = first_setting(sources, name)
+            if value is not None and int(value) != image[name]:
+                raise ConfigError(
+                    f"{path}: the video processor's {name} is {value}, the image processor's {image[name]}; "
+                    "Kimi-K2.5's vision tower takes one value for both"
+                )
+        size = first_setting(sources, "size")
+        if size is None:
+            size = {"max_height": VIDEO_DEFAULTS["max_side"], "max_width": VIDEO_DEFAULTS["max_side"]}
+        if not (isinstance(size, dict) and isinstance(size.get("max_height"), int)
+                and size.get("max_height") == size.get("max_width")):  # fmt: skip
+            raise ConfigError(
+                f"{path}: the Kimi-K2.5 video processor's size is {size!r}; it needs "
+                '{"max_height": P, "max_width": P} with equal values in patches. Fix size in the folder\'s video '
+                "settings or model.processor_kwargs"
+            )
+        tp, max_patches = first_setting(sources, "temporal_patch_size"), first_setting(sources, "max_patches")
+        return {
+            "temporal_patch_size": int(tp) if tp is not None else VIDEO_DEFAULTS["temporal_patch_size"],
+            "video_max_patches": int(max_patches) if max_patches is not None else VIDEO_DEFAULTS["max_patches"],
+            "video_max_side_patches": size["max_height"],
+        }
+
+    def video_defaults(self) -> VideoConfig:
+        """The video processor's own sampling (fps 2), under the folder's video settings and ``video:``."""
+        return VideoConfig(fps=float(VIDEO_DEFAULTS["fps"]), sampler="hf_processor")
+
+    def sample_video(self, rules: ModelRules, info: VideoInfo, video: VideoConfig, *, part: str) -> VideoSampling:
+        """The frames ``Kimi_K25VideoProcessor`` samples (``BaseVideoProcessor.sample_frames`` itself, on the
+        container's ``VideoMetadata``) and the padded size of each (see the module doc)."""
+        from transformers.video_processing_utils import BaseVideoProcessor
+        from transformers.video_utils import VideoMetadata
+
+        from ..media import VideoSampling
+
+        metadata = VideoMetadata(
+            total_num_frames=info.n_frames, fps=info.native_fps, duration=info.n_frames / info.native_fps
+        )
+        host = SimpleNamespace(num_frames=None, fps=video.fps)  # what the method reads of the processor
+        try:
+            indices = [int(i) for i in BaseVideoProcessor.sample_frames(host, metadata)]
+        except ValueError as exc:  # fps above the video's own rate: more frames asked than there are
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: Kimi_K25VideoProcessor cannot sample it at "
+                            f"{video.fps} fps ({info.n_frames} frames at {info.native_fps} fps): {exc}") from None  # fmt: skip
+        if not indices or indices[0] != 0:  # the compact text holds the stamp of frame 0
+            raise DropError(Reason.CORRUPT_MEDIA, f"{part}: no frame 0 among the sampled frames {indices[:4]}")
+        _, (pad_h, pad_w) = navit_resize(info.height, info.width, rules.patch_size, rules.merge_size,
+                                         rules.video_max_patches, rules.video_max_side_patches)  # fmt: skip
+        return VideoSampling(
+            frame_indices=tuple(indices), resized_height=pad_h, resized_width=pad_w,
+            native_fps=info.native_fps, total_frames=info.n_frames,
+        )  # fmt: skip
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
         return SpecialTokens(
@@ -124,7 +229,8 @@ class KimiK25Family:
         )
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:
-        return text  # a pad expands to pads only; the media markers are in the template
+        # an image pad expands to pads only; a video's first stamp joins the text before it (module doc)
+        return text.replace(special.video_pad, _FIRST_STAMP + special.video_pad)
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
         return None  # any image size: the processor scales down and pads, never refuses
@@ -133,17 +239,35 @@ class KimiK25Family:
         t, h, w = kimi_grid(rules, media.height, media.width)
         return t * h * w // rules.merge_size**2
 
+    def _chunks(self, rules: ModelRules, media: MediaInfo) -> tuple[list[str], int]:
+        """(the stamp of each chunk, video pads per chunk), as ``replace_video_token`` makes them."""
+        s = media.sampling
+        tp = rules.temporal_patch_size
+        stamps = [chunk_stamp(float(s.timestamps[start])) for start in range(0, s.n_frames, tp)]
+        per_chunk = (s.resized_height // rules.patch_size) * (s.resized_width // rules.patch_size) // rules.merge_size**2
+        return stamps, per_chunk
+
     def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        if media.kind == "video":
+            stamps, n = self._chunks(rules, media)
+            return "".join(f"{s}{_CHUNK_OPEN}{_CHUNK_CONTENT}{special.video_pad * n}{_CHUNK_CLOSE}" for s in stamps)
         return special.image_pad * self._tokens(rules, media)
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        if media.kind == "video":  # the first stamp is in the compact text; the others stand alone
+            stamps, n = self._chunks(rules, media)
+            per_chunk = count_text(_CHUNK_OPEN) + count_text(_CHUNK_CONTENT) + n + count_text(_CHUNK_CLOSE)
+            return Size(tokens=len(stamps) * per_chunk + sum(count_text(s) for s in stamps[1:]),
+                        media_tokens=len(stamps) * n)  # fmt: skip
         n = self._tokens(rules, media)
         return Size(tokens=n, media_tokens=n)
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""
         return (f"NaViT patch grid from headers: patch {rules.patch_size}, merge {rules.merge_size}, "
-                f"max {rules.max_patches} patches, {rules.max_side_patches} per side")  # fmt: skip
+                f"max {rules.max_patches} patches, {rules.max_side_patches} per side; videos: "
+                f"{rules.video.fps if rules.video else VIDEO_DEFAULTS['fps']} fps, chunks of "
+                f"{rules.temporal_patch_size} frames, max {rules.video_max_patches} patches per frame")  # fmt: skip
 
 
 KIMI_K25 = KimiK25Family()

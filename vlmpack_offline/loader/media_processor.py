@@ -185,16 +185,20 @@ class ProcessorImages:
                                  do_sample_frames=False, return_tensors="pt")  # fmt: skip
             return {name: value for name, value in out.items() if name in self.fields - self._TEXT_FIELDS}
         out = video_processor(videos=[frames], video_metadata=[metadata], do_sample_frames=False, return_tensors="pt")
-        fields = set(video_processor.model_input_names)
+        # the fields the model takes (Kimi-K2.5's processor keeps num_chunks_per_video from it)
+        fields = set(video_processor.model_input_names) - set(getattr(self.processor, "unused_input_names", ()))
         result = {name: value for name, value in out.items() if name in fields}
         grid = result.get("video_grid_thw")
         if grid is not None:
-            patch = int(video_processor.patch_size)
-            expected = [-(-sampling.n_frames // int(video_processor.temporal_patch_size)),
-                        sampling.resized_height // patch, sampling.resized_width // patch]  # fmt: skip
-            if grid[0].tolist() != expected:
+            patch, tp, n = int(video_processor.patch_size), int(video_processor.temporal_patch_size), sampling.n_frames
+            size = [sampling.resized_height // patch, sampling.resized_width // patch]
+            if "num_chunks_per_video" in out:  # Kimi-K2.5: one row per chunk of tp frames (the last may be shorter)
+                expected = [[min(tp, n - start), *size] for start in range(0, n, tp)]
+            else:  # one row per video, ceil(frames / tp) temporal patches
+                expected = [[-(-n // tp), *size]]
+            if grid.tolist() != expected:
                 raise ValueError(
-                    f"{type(video_processor).__name__} made a video grid {grid[0].tolist()}, the count assumed "
+                    f"{type(video_processor).__name__} made a video grid {grid.tolist()}, the count assumed "
                     f"{expected}: its video settings differ from the scan's"
                 )
         return result

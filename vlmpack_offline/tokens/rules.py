@@ -88,6 +88,8 @@ class ModelRules:
     max_duration: int = 0  # GLM-4V: seconds its video processor samples at fps (longer: spread over the video)
     max_patches: int = 0  # Kimi-K2.5: the image processor's max_patches (patch budget of one image)
     max_side_patches: int = 0  # Kimi-K2.5: its size.max_height (patches along one side)
+    video_max_patches: int = 0  # Kimi-K2.5: the video processor's max_patches (patch budget of one frame)
+    video_max_side_patches: int = 0  # Kimi-K2.5: the video processor's size.max_height
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property
