@@ -7,7 +7,7 @@ one tile behind its ``Frame{i}: <img><IMG_CONTEXT>*256</img>``; the model scatte
 into the ``<IMG_CONTEXT>`` tokens in order. The loader makes each video's frames with that same processor call
 (``ProcessorImages.frames``), so a pack's ``pixel_values`` is every sub-sample's tiles and frames in order.
 
-The dataset (a text, a one-tile image, a two-image 4 + 3 tile, a 4-frame video, and a sub-sample with an
+The dataset (a text, a one-tile image, a two-image 4 + 3 tile, a 4-frame video, and a sub-sample with a
 6-frame video followed by a one-tile image) goes through scan -> bucket -> plan -> write with
 ``packing.group_by: none`` into one pack, read back with tarfile and encoded by ``PackEncoder.from_packed_dir``.
 Oracle: the real ``AutoProcessor`` (``InternVLVideoProcessor``: torchvision, ``.venv-ref``) run on each
