@@ -243,7 +243,7 @@ class KimiK25Family:
         """(the stamp of each chunk, video pads per chunk), as ``replace_video_token`` makes them."""
         s = media.sampling
         tp = rules.temporal_patch_size
-        stamps = [chunk_stamp(float(s.timestamps[start])) for start in range(0, s.n_frames, tp)]
+        stamps = [chunk_stamp(float(seconds)) for seconds in s.timestamps[::tp]]  # each chunk's first frame
         per_chunk = (s.resized_height // rules.patch_size) * (s.resized_width // rules.patch_size) // rules.merge_size**2
         return stamps, per_chunk
 
@@ -257,8 +257,9 @@ class KimiK25Family:
         if media.kind == "video":  # the first stamp is in the compact text; the others stand alone
             stamps, n = self._chunks(rules, media)
             per_chunk = count_text(_CHUNK_OPEN) + count_text(_CHUNK_CONTENT) + n + count_text(_CHUNK_CLOSE)
-            return Size(tokens=len(stamps) * per_chunk + sum(count_text(s) for s in stamps[1:]),
-                        media_tokens=len(stamps) * n)  # fmt: skip
+            # stamps 2.. in one tokenizer call, split by the special <|media_end|> as in the expanded text
+            between = count_text(_CHUNK_CLOSE.join(stamps[1:])) - (len(stamps) - 2) if len(stamps) > 1 else 0
+            return Size(tokens=len(stamps) * per_chunk + between, media_tokens=len(stamps) * n)
         n = self._tokens(rules, media)
         return Size(tokens=n, media_tokens=n)
 
