@@ -7,18 +7,28 @@ the loader's block-causal mask and 1-D positions restarting per segment; the ref
 sub-sample alone with its ``input_ids``, its images' ``pixel_values`` / ``image_grid_thw``, and HF's own
 causal mask. The MoE routes each token on its own (no capacity limit), so packing cannot move it.
 The image processor needs torchvision (``.venv-ref``).
+
+Videos: HF's ``Kimi_K25Model`` (transformers 5.23) cannot take the processor's video tensors itself.
+``get_image_features`` (which ``get_video_features`` calls) splits the pooled features by
+``t * h * w / merge**2`` per ``video_grid_thw`` row, but the vision tower pools each chunk's ``t`` frames into
+``h * w / merge**2`` rows, so ``torch.split`` raises for any chunk of more than one frame; and its temporal
+merge index cannot stack chunks of 4 and fewer frames (``torch.cat`` raises). The first test below keeps that
+evidence (it fails the day transformers fixes it: then feed ``pixel_values_videos`` directly). The packed
+video test feeds the same model's own vision tower and projector, run per chunk (its attention is per chunk,
+``merge_temporal=True``), with the split the pooling gives, through ``mm_encoder_outputs``: a pack of a video
+(chunks of 4, 4 and 2 frames), an image and a text sub-sample gives the logits of each run alone.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of
+from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of, text_item
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import image_bytes
+from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 
 pytestmark = pytest.mark.torchvision
 
@@ -56,8 +66,11 @@ def setup(tmp_path_factory):
 
 TEXT_PACK = pack_of(TEXT_TURNS, capacity=8192)
 IMAGE_PACK = pack_of(IMAGE_TURNS, capacity=8192)
+VIDEO_PACK = pack_of([([{"type": "video", "video": "v.mp4"}, text_item("What moves?")], "The gradient."),
+                      IMAGE_TURNS[1], TEXT_TURNS[1]], capacity=8192)  # fmt: skip
 MEDIA = {"m0.jpg": image_bytes(60, 44, seed=1), "m1.png": image_bytes(30, 90, fmt="PNG", seed=2),
-         "m2.jpg": image_bytes(70, 70, seed=3)}  # fmt: skip
+         "m2.jpg": image_bytes(70, 70, seed=3),
+         "v.mp4": video_bytes(41, 8, 64, 48, seed=4)}  # 10 sampled frames at 2 fps: chunks of 4, 4, 2  # fmt: skip
 
 
 def _alone(model, batch) -> torch.Tensor:
@@ -85,6 +98,84 @@ def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
         packed = model(**kwargs).logits
         alone = _alone(model, batch)
         no_mask = model(**{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")}).logits
+    assert packed.shape == alone.shape
+    assert (packed - alone).abs().max() < TOL
+    assert (no_mask - alone).abs().max() > 1e-3  # the segments would see each other without the loader's mask
+
+
+def _encoder_outputs(model, vision) -> dict:
+    """The model's own image features, and its video features per chunk (vision tower + projector, as
+    ``get_image_features`` runs them) split by what the temporal pooling leaves: ``h * w / merge**2``."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    out = {}
+    if "pixel_values" in vision:
+        out["image"] = model.model.get_image_features(vision["pixel_values"], vision["image_grid_thw"], return_dict=True)
+    if "pixel_values_videos" in vision:
+        chunks, start = [], 0
+        for row in vision["video_grid_thw"]:
+            n = int(row.prod())
+            tower = model.model.vision_tower(vision["pixel_values_videos"][start : start + n], grid_thw=row[None])
+            chunks.append(model.model.mm_projector(tower.pooler_output).squeeze(1))
+            start += n
+        out["video"] = BaseModelOutputWithPooling(pooler_output=tuple(chunks))
+    return out
+
+
+def _video_alone(model, batch, video_token_id: int) -> torch.Tensor:
+    """Each sub-sample alone: its ids, its images' and its video chunks' tensors (the chunks whose tokens its
+    ids hold), HF's own causal mask."""
+    bounds, out, image, patch, chunk, video_patch = batch.cu_seqlens.tolist(), [], 0, 0, 0, 0
+    grids = batch.vision.get("video_grid_thw", torch.zeros(0, 3, dtype=torch.long))
+    for index, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        ids = batch.input_ids[:, start:end]
+        vision = {}
+        if n := int(batch.n_images_per_sample[index]):
+            image_grids = batch.vision["image_grid_thw"][image : image + n]
+            patches = int(image_grids.prod(-1).sum())
+            vision.update(pixel_values=batch.vision["pixel_values"][patch : patch + patches], image_grid_thw=image_grids)
+            image, patch = image + n, patch + patches
+        tokens, first = int((ids == video_token_id).sum()), chunk
+        while tokens > 0:
+            tokens -= int(grids[chunk, 1:].prod()) // 4
+            chunk += 1
+        if chunk > first:
+            patches = int(grids[first:chunk].prod(-1).sum())
+            vision.update(pixel_values_videos=batch.vision["pixel_values_videos"][video_patch : video_patch + patches],
+                          video_grid_thw=grids[first:chunk])  # fmt: skip
+            video_patch += patches
+        out.append(model(input_ids=ids, mm_encoder_outputs=_encoder_outputs(model, vision), use_cache=False).logits)
+    assert chunk == len(grids)
+    return torch.cat(out, dim=1)
+
+
+def test_hf_kimi_forward_cannot_take_the_processors_video_tensors(setup):
+    """transformers 5.23: any chunk of several frames breaks get_image_features' split; mixed chunks break the
+    temporal merge index. Evidence for docs/families.md; fails once transformers fixes it."""
+    model, encoder = setup
+    batch = encoder.encode(VIDEO_PACK, MEDIA)
+    grids = batch.vision["video_grid_thw"]
+    assert grids[:, 0].tolist() == [4, 4, 2]
+    one_chunk = batch.vision["pixel_values_videos"][: int(grids[0].prod())]
+    with torch.no_grad(), pytest.raises(RuntimeError, match="split_with_sizes"):
+        model.model.get_video_features(one_chunk, grids[:1])
+    with torch.no_grad(), pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        model(**batch.model_kwargs("sdpa", with_labels=False))
+
+
+def test_a_packed_video_forward_equals_each_sub_sample_alone(setup):
+    model, encoder = setup
+    batch = encoder.encode(VIDEO_PACK, MEDIA)
+    assert batch.n_videos_per_sample.tolist() == [1, 0, 0] and batch.n_images_per_sample.tolist() == [0, 1, 0]
+    video_token_id = model.config.video_token_id
+    assert int((batch.input_ids == video_token_id).sum()) == 3 * int(batch.vision["video_grid_thw"][0, 1:].prod()) // 4
+    kwargs = {k: v for k, v in batch.model_kwargs("sdpa", with_labels=False).items() if k not in batch.vision}
+    with torch.no_grad():
+        features = _encoder_outputs(model, batch.vision)
+        packed = model(**kwargs, mm_encoder_outputs=features).logits
+        alone = _video_alone(model, batch, video_token_id)
+        unmasked = {k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")}
+        no_mask = model(**unmasked, mm_encoder_outputs=_encoder_outputs(model, batch.vision)).logits
     assert packed.shape == alone.shape
     assert (packed - alone).abs().max() < TOL
     assert (no_mask - alone).abs().max() > 1e-3  # the segments would see each other without the loader's mask
