@@ -19,13 +19,25 @@ What comes from where:
 - settings: the public ``media_proc_cfg`` in transformers' own keys, as ``Kimi_K25ImageProcessor`` /
   ``Kimi_K25VideoProcessor`` read them: patch 14, merge 2, ``max_patches`` 16384 (in_patch_limit),
   ``size`` 512 x 512 patches (patch_limit_on_one_side), mean / std 0.5, bicubic; video ``max_patches``
-  4096 (in_patch_limit_each_frame), ``temporal_patch_size`` 4, ``fps`` 2.
+  4096 (in_patch_limit_each_frame), ``temporal_patch_size`` 4 (temporal_merge_kernel_size), ``fps`` 2
+  (sample_fps), ``do_sample_frames`` true (the video processor samples its own frames, as the remote code
+  does at sample_fps). Where the values come from: moonshotai/Kimi-K2.5's ``preprocessor_config.json``
+  ``media_proc_cfg`` is not in the stored index itself; three public copies of it agree (RTP-LLM's
+  Kimi-K2.5 wrapper ``_DEFAULT_MEDIA_PROC_CFG``, an image-only fallback processor and a configuration-driven
+  media preprocessor, all ``in_patch_limit`` 16384, ``patch_limit_on_one_side`` 512,
+  ``in_patch_limit_each_frame`` 4096, ``in_patch_limit_video`` null, ``sample_fps`` 2.0,
+  ``max_num_frames_each_video`` null, ``temporal_merge_kernel_size`` 4, ``timestamp_mode``
+  ``hh:mm:ss.fff``), as does a model summary that states K2.6's file is byte-identical. The two nulls have
+  no transformers key (no frame or total-patch cap), and ``hh:mm:ss.fff`` is the stamp
+  ``Kimi_K25Processor.replace_video_token`` writes; each value equals ``Kimi_K25VideoProcessor``'s class
+  default (checked in ``tests/test_kimi_k25_video.py``).
 
 ``layout="hub"``: ``preprocessor_config.json`` + ``video_preprocessor_config.json``; ``layout="transformers5"``:
 one ``processor_config.json`` with ``image_processor`` / ``video_processor`` sections, as transformers 5
 ``save_pretrained`` writes it (written here by hand: both processor classes import torchvision; a
 ``.venv-ref`` test compares it with the real ``save_pretrained``). The video processor settings are
-always written: ``Kimi_K25Processor`` loads one.
+always written, ``video`` or not: ``Kimi_K25Processor`` loads one, and ``video=True`` asks for exactly these
+published ones.
 """
 
 from __future__ import annotations
@@ -87,7 +99,8 @@ _PROCESSOR_CLASS = "Kimi_K25Processor"
 
 
 def build(target: Path, *, layout: str, video: bool) -> Path:
-    """Write the folder (see the module doc) into ``target``; ``video`` changes nothing (always written)."""
+    """Write the folder (see the module doc) into ``target``; the video settings are written either way
+    (``Kimi_K25Processor`` always loads its video processor), so ``video`` changes nothing."""
     from transformers import AutoTokenizer
 
     tokenizer_folder(target, layout, KIMI_K25_TEMPLATE, {"additional_special_tokens": KIMI_K25_TOKENS}, {})
