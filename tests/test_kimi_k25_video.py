@@ -51,7 +51,7 @@ LAYOUTS = ("hub", "transformers5")
 CONTEXTS = ["", "Look:", "Look at this ", "Clip 12", "Watch\n"]
 # (frames, fps, width, height) of the dataset's videos: 4 / 6 / 10 / 1 / 2 sampled frames (chunks 4 / 4+2 /
 # 4+4+2 / 1 / 2), 1000x700 past the 4096-patch frame budget
-# (64x48, not 48x48: decord 0.6 fails to decode the 48x48 clips video_bytes writes)
+# (64x48: decord 0.6 cannot decode the 48x48 clips video_bytes writes; those are read with PyAV, tests/test_video_reading.py)
 CLIPS = [(9, 4, 64, 48), (30, 10, 96, 64), (41, 8, 64, 48), (3, 30, 64, 48), (16, 16, 1000, 700)]
 
 

@@ -16,7 +16,8 @@ Scan counts tokens from the returned ``VideoSampling`` without decoding a pixel
 (beyond one frame for the size); the loader calls ``decode_frames`` with the same
 ``VideoSampling``, so both see the same frames at the same size.
 Metadata comes from decord (``VideoReader`` over the bytes); PyAV is the fallback
-when decord cannot open the container. Both functions make the same choice.
+when decord cannot open the container or decode its frames (decord 0.6 fails on some
+valid streams, e.g. 48x48 H.264); probe and decode each fall back on their own.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class VideoInfo:
     native_fps: float  # average frame rate of the container
     height: int  # decoded frame height in pixels
     width: int  # decoded frame width in pixels
-    backend: str  # "decord" or "pyav": who read it (decode_frames makes the same choice)
+    backend: str  # "decord" or "pyav": who read the metadata
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,22 +105,26 @@ def probe_video(data: bytes, *, part: str = "video") -> VideoInfo:
     """Frame count, fps and frame size; decodes at most the first frame. Errors -> ``corrupt_media``."""
     try:
         reader = _decord_reader(data)
-    except Exception as decord_exc:  # decord raises its own DECORDError / RuntimeError
-        try:
-            return _probe_pyav(data)
-        except Exception as exc:
-            raise DropError(
-                Reason.CORRUPT_MEDIA, f"{part}: not a readable video (decord: {decord_exc}; PyAV: {exc})"
-            ) from None
-    try:
         n_frames = len(reader)
         fps = float(reader.get_avg_fps())
         height, width = reader[0].shape[:2] if n_frames else (0, 0)
-    except Exception as exc:
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video cannot be decoded ({exc})") from None
+    except Exception as decord_exc:  # decord raises its own DECORDError / RuntimeError
+        try:
+            return _checked(_probe_pyav(data), part)
+        except DropError:
+            raise
+        except Exception as exc:
+            raise DropError(
+                Reason.CORRUPT_MEDIA, f"{part}: not a readable video (decord: {_first_line(decord_exc)}; PyAV: {exc})"
+            ) from None
     return _checked(
         VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part
     )
+
+
+def _first_line(exc: Exception) -> str:
+    """decord's C++ errors carry a stack trace after the first line."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _probe_pyav(data: bytes) -> VideoInfo:
@@ -235,14 +240,12 @@ def _sample_hf_qwen3(
 def decode_frames(data: bytes, sampling: VideoSampling, *, resize: bool = True) -> np.ndarray:
     """The sampled frames as uint8 ``[T, H, W, 3]`` RGB, resized (PIL bicubic) to the sampling's size.
 
-    Uses decord when it opens the bytes, else PyAV: the same choice ``probe_video`` made.
+    Uses decord when it opens and decodes the bytes, else PyAV.
     """
     try:
-        reader = _decord_reader(data)
+        frames = _decord_reader(data).get_batch(list(sampling.frame_indices)).asnumpy()
     except Exception:
         frames = _decode_pyav(data, sampling.frame_indices)
-    else:
-        frames = reader.get_batch(list(sampling.frame_indices)).asnumpy()
     if not resize:
         return frames
     from PIL import Image
