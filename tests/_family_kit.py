@@ -148,3 +148,16 @@ def packed_dataset(root: Path, family: str, layout: str, *, seed: int, max_token
     for stage in (scan, bucket, plan, write):
         stage.run(config)
     return root / "packed", processor
+
+
+def hidden_and_text_logits(model, media_token_id: int, **kwargs):
+    """(the text model's last hidden state at every position, the logits at every position but the media
+    tokens), from the model's own forward with ``logits_to_keep``. Full ``[L, vocab]`` logits of a pack of
+    image tiles are gigabytes (vocabulary 151k); the media positions' logits are the same ``lm_head`` of the
+    hidden states compared here, and they never carry a label."""
+    import torch
+
+    keep = kwargs["input_ids"] != media_token_id
+    with torch.no_grad():
+        out = model(**{"use_cache": False, **kwargs}, logits_to_keep=keep, output_hidden_states=True)
+    return out.hidden_states[-1][0], out.logits

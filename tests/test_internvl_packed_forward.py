@@ -6,14 +6,15 @@ The pack is built by the real loader from an InternVL processor folder (images c
 a thumbnail by the real ``GotOcr2ImageProcessorPil``); the packed forward takes
 ``PackBatch.model_kwargs`` (block-causal mask, 1-D positions restarting per sub-sample, every tile of
 the pack in ``pixel_values``). The reference runs each sub-sample alone with its ``input_ids`` and
-its own tiles, and HF builds its causal mask.
+its own tiles, and HF builds its causal mask. Compared: the last hidden state at every position and
+the logits at every position but the image tokens (``hidden_and_text_logits``).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of
+from _family_kit import IMAGE_TURNS, TEXT_TURNS, hidden_and_text_logits, pack_of
 from transformers import AutoTokenizer, InternVLConfig, InternVLForConditionalGeneration
 
 from vlmpack_offline.config import config_from_dict
@@ -54,18 +55,20 @@ MEDIA = {"m0.jpg": image_bytes(448, 448, seed=1), "m1.png": image_bytes(300, 900
          "m2.jpg": image_bytes(900, 450, seed=3)}  # fmt: skip
 
 
-def _alone(model, batch, context_id: int) -> torch.Tensor:
+def _alone(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sub-sample run alone: its ids and its own tiles; HF builds its own mask."""
-    bounds, out, tile = batch.cu_seqlens.tolist(), [], 0
+    bounds, hidden, logits, tile = batch.cu_seqlens.tolist(), [], [], 0
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         ids = batch.input_ids[:, start:end]
         kwargs = {"input_ids": ids}
-        if n := int((ids == context_id).sum()) // TOKENS_PER_TILE:  # this sub-sample's tiles
+        if n := int((ids == model.config.image_token_id).sum()) // TOKENS_PER_TILE:  # this sub-sample's tiles
             kwargs["pixel_values"] = batch.vision["pixel_values"][tile : tile + n]
             tile += n
-        out.append(model(**kwargs, use_cache=False).logits)
+        for out, alone in zip((hidden, logits), hidden_and_text_logits(model, model.config.image_token_id, **kwargs),
+                              strict=True):  # fmt: skip
+            out.append(alone)
     assert tile == len(batch.vision.get("pixel_values", ()))
-    return torch.cat(out, dim=1)
+    return torch.cat(hidden), torch.cat(logits)
 
 
 @pytest.mark.parametrize("pack", [TEXT_PACK, IMAGE_PACK], ids=["text", "images"])
@@ -75,14 +78,20 @@ def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
     if pack is IMAGE_PACK:
         assert batch.vision["pixel_values"].shape == (1 + 4 + 3, 3, 448, 448)
     kwargs = batch.model_kwargs("sdpa", with_labels=False)
-    with torch.no_grad():
-        packed = model(**kwargs).logits
-        alone = _alone(model, batch, model.config.image_token_id)
-        unmasked = model(**{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")}).logits
-    assert packed.shape == alone.shape
-    assert (packed - alone).abs().max() < TOL
-    assert (unmasked - alone).abs().max() > 1e-3  # the packing is visible: without its mask the logits differ
+
+    def forward(**overrides):
+        return hidden_and_text_logits(model, model.config.image_token_id, **{**kwargs, **overrides})
+
+    hidden, logits = _alone(model, batch)
+    packed_hidden, packed = forward()
+    assert packed_hidden.shape == hidden.shape and packed.shape == logits.shape
+    assert (packed_hidden - hidden).abs().max() < TOL
+    assert (packed - logits).abs().max() < TOL
+    _, unmasked = hidden_and_text_logits(
+        model, model.config.image_token_id,
+        **{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")},
+    )  # fmt: skip
+    assert (unmasked - logits).abs().max() > 1e-3  # the packing is visible: without its mask the logits differ
     if pack is IMAGE_PACK:  # and the tiles are: the same pack with its tiles in reverse order differs
-        with torch.no_grad():
-            flipped = model(**{**kwargs, "pixel_values": kwargs["pixel_values"].flip(0)}).logits
-        assert (flipped - alone).abs().max() > 1e-3
+        _, flipped = forward(pixel_values=kwargs["pixel_values"].flip(0))
+        assert (flipped - logits).abs().max() > 1e-3

@@ -28,7 +28,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from _family_kit import read_packs, sub_sample_images, text_item
+from _family_kit import hidden_and_text_logits, read_packs, sub_sample_images, text_item
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
@@ -134,23 +134,16 @@ def test_one_pack_holds_every_sub_sample_with_its_tiles_and_frames(setup):
     )  # fmt: skip
 
 
-def _forward(model, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the text model's last hidden state at every position, the logits at every position but the media
-    tokens): the model's own forward with ``logits_to_keep``. A full ``[L, vocab]`` of a 5.5k-token pack is 3.4 GB
-    (vocabulary 151k); the media positions' logits are the same ``lm_head`` of hidden states compared here,
-    and they never carry a label."""
-    keep = kwargs["input_ids"] != model.config.image_token_id
-    with torch.no_grad():
-        out = model(**{"use_cache": False, **kwargs}, logits_to_keep=keep, output_hidden_states=True)
-    return out.hidden_states[-1][0], out.logits
-
-
 def test_the_packed_forward_equals_each_sub_sample_alone_with_the_real_processors_inputs(setup):
     from vlmpack_offline.tokens import make_counter
 
     model, encoder, processor, run, packs = setup
     pack, media = packs[0]
     counter = make_counter(run)
+
+    def forward(**kwargs):
+        return hidden_and_text_logits(model, model.config.image_token_id, **kwargs)
+
     batch = encoder.encode(pack, media)
     bounds, hidden, logits, rows = batch.cu_seqlens.tolist(), [], [], []
     for index, sub in enumerate(pack.samples):
@@ -164,7 +157,7 @@ def test_the_packed_forward_equals_each_sub_sample_alone_with_the_real_processor
             kwargs["pixel_values"] = expected["pixel_values"]
             rows.append(expected["pixel_values"])
             assert len(expected["pixel_values"]) * TOKENS_PER_TILE == sub.media_tokens
-        for out, alone in zip((hidden, logits), _forward(model, **kwargs), strict=True):
+        for out, alone in zip((hidden, logits), forward(**kwargs), strict=True):
             out.append(alone)
     # every sub-sample's vision rows (image tiles, thumbnails, video frames) in the pack's order, bit-equal
     assert set(batch.vision) == {"pixel_values"}
@@ -173,11 +166,11 @@ def test_the_packed_forward_equals_each_sub_sample_alone_with_the_real_processor
     assert torch.equal(batch.vision["pixel_values"], torch.cat(rows))
     hidden, logits = torch.cat(hidden), torch.cat(logits)
     kwargs = batch.model_kwargs("sdpa", with_labels=False)
-    packed_hidden, packed = _forward(model, **kwargs)
+    packed_hidden, packed = forward(**kwargs)
     assert packed_hidden.shape == hidden.shape and packed.shape == logits.shape
     assert (packed_hidden - hidden).abs().max() < TOL
     assert (packed - logits).abs().max() < TOL
-    _, unmasked = _forward(model, **{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")})
-    _, reordered = _forward(model, **{**kwargs, "pixel_values": kwargs["pixel_values"].flip(0)})
+    _, unmasked = forward(**{k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")})
+    _, reordered = forward(**{**kwargs, "pixel_values": kwargs["pixel_values"].flip(0)})
     assert (unmasked - logits).abs().max() > 1e-3  # the packing is visible: without its mask the logits differ
     assert (reordered - logits).abs().max() > 1e-3  # and the order of the rows is
