@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import hashlib
 import json
 import os
 import time
@@ -27,18 +26,19 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..artifacts import atomic_open, fingerprint
-from ..config import Config, section_fingerprint_payload
+from ..config import Config
 from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
+from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
 from ..tokens.factory import counting_path
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
-__all__ = ["run", "discover_shards", "scan_inputs_fingerprint", "manifest_jsonl_path"]
+__all__ = ["run", "discover_shards", "manifest_jsonl_path"]
 
 
 def manifest_jsonl_path(config: Config) -> Path:
@@ -120,25 +120,6 @@ def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
         ]
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     return [ShardTask(shard=p.relative_to(root).as_posix(), path=str(p)) for p in paths]
-
-
-def _processor_hashes(directory: str) -> dict[str, str]:
-    out = {}
-    for path in sorted(Path(directory).rglob("*")):
-        if path.is_file():
-            out[path.relative_to(directory).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-def scan_inputs_fingerprint(config: Config) -> str:
-    """What the scan's rows depend on: config data/sample/model/video + the processor directory's files."""
-    payload = section_fingerprint_payload(config, "data", "model", "video", "loss")
-    for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
-        payload["data"].pop(name, None)
-    payload["processor_files"] = _processor_hashes(config.model.processor_path)
-    payload["decode_check"] = config.scan.decode_check  # changes which samples are ok
-    payload["sha256"] = config.write.check_sources == "sha256"  # the rows then carry each sample's hash
-    return fingerprint(payload)
 
 
 def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:

@@ -72,6 +72,7 @@ from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar
 from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
+from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
 
@@ -458,8 +459,6 @@ def _check_scan_inputs(config: Config, manifest: Manifest) -> None:
     recorded = manifest.get_meta("scan_inputs")
     if recorded is None:  # a manifest not made by `vlmpack scan` (hand-built in tests): nothing to compare
         return
-    from .scan import scan_inputs_fingerprint
-
     if scan_inputs_fingerprint(config) != recorded:
         raise StaleArtifactError(
             f"{manifest_path(config.work_dir)} was scanned with other settings than this config's "
