@@ -161,3 +161,22 @@ def hidden_and_text_logits(model, media_token_id: int, **kwargs):
     with torch.no_grad():
         out = model(**{"use_cache": False, **kwargs}, logits_to_keep=keep, output_hidden_states=True)
     return out.hidden_states[-1][0], out.logits
+
+
+def tiny_internvl(tokenizer):
+    """A tiny random ``InternVLForConditionalGeneration`` (Qwen2 text, hidden 64, 2 layers; vision tower at
+    448 px tiles, patch 14, 0.5 pixel shuffle: 256 tokens per tile), fp32, sdpa, eval."""
+    import torch
+    from transformers import InternVLConfig, InternVLForConditionalGeneration
+
+    config = InternVLConfig(
+        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=16384),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=[448, 448], patch_size=[14, 14]),
+        image_token_id=tokenizer.context_image_token_id, downsample_ratio=0.5,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return InternVLForConditionalGeneration(config).eval()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _family_kit import IMAGE_TURNS, TEXT_TURNS, hidden_and_text_logits, pack_of
-from transformers import AutoTokenizer, InternVLConfig, InternVLForConditionalGeneration
+from _family_kit import IMAGE_TURNS, TEXT_TURNS, hidden_and_text_logits, pack_of, tiny_internvl
+from transformers import AutoTokenizer
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
@@ -30,18 +30,8 @@ TOKENS_PER_TILE = 256  # (448 / 14) ** 2 patches * 0.5 ** 2 after the pixel shuf
 def setup(tmp_path_factory):
     folder = build_processor_dir(tmp_path_factory.mktemp("internvl_fwd"), "internvl")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = InternVLConfig(
-        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=8192),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=[448, 448], patch_size=[14, 14]),
-        image_token_id=tokenizer.context_image_token_id, downsample_ratio=0.5,
-    )  # fmt: skip
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = InternVLForConditionalGeneration(config).eval()
-    config.save_pretrained(folder)  # a checkpoint folder: the loader reads the model's own config.json
+    model = tiny_internvl(tokenizer)
+    model.config.save_pretrained(folder)  # a checkpoint folder: the loader reads the model's own config.json
     loader_config = config_from_dict(
         {"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}}}, source="test"
     )

@@ -14,7 +14,7 @@ Oracle: the real ``AutoProcessor`` (``InternVLVideoProcessor``: torchvision, ``.
 sub-sample alone (its chat template, its decoded images, and its videos' frames decoded by PyAV at the
 sampler's indices, ``do_sample_frames=False`` as the InternVL-hf folders say): the loader's ``input_ids`` and
 ``pixel_values`` (rows in order) equal its output exactly, and the packed logits of a tiny random
-``InternVLForConditionalGeneration`` (the one of test_internvl_packed_forward.py: Qwen2 text, hidden 64,
+``InternVLForConditionalGeneration`` (``tiny_internvl`` of the family kit: Qwen2 text, hidden 64,
 2 layers; 448 px tiles, patch 14, pixel shuffle 0.5) equal each sub-sample's logits alone with the
 processor's inputs (< 1e-4, fp32, CPU, sdpa), and differ without the pack's mask and positions, or with the
 pack's vision rows in another order.
@@ -28,7 +28,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from _family_kit import hidden_and_text_logits, read_packs, sub_sample_images, text_item
+from _family_kit import hidden_and_text_logits, read_packs, sub_sample_images, text_item, tiny_internvl
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
@@ -68,7 +68,7 @@ def _dataset(root):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from transformers import AutoProcessor, InternVLConfig, InternVLForConditionalGeneration
+    from transformers import AutoProcessor
 
     from vlmpack_offline.loader import PackEncoder
     from vlmpack_offline.stages import bucket, plan, scan, write
@@ -77,18 +77,8 @@ def setup(tmp_path_factory):
     folder = build_processor_dir(root / "processor", "internvl", layout="transformers5", video=True)
     processor = AutoProcessor.from_pretrained(folder)
     tokenizer = processor.tokenizer
-    config = InternVLConfig(
-        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=16384),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=[448, 448], patch_size=[14, 14]),
-        image_token_id=tokenizer.context_image_token_id, downsample_ratio=0.5,
-    )  # fmt: skip
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = InternVLForConditionalGeneration(config).eval()
-    config.save_pretrained(folder)  # a checkpoint folder: scan and loader read the model's own config.json
+    model = tiny_internvl(tokenizer)
+    model.config.save_pretrained(folder)  # a checkpoint folder: scan and loader read the model's own config.json
     run = config_from_dict({
         "data": {"wds_dir": str(_dataset(root / "src")), "work_dir": str(root / "work"),
                  "packed_wds_dir": str(root / "packed")},

@@ -117,6 +117,20 @@ def chunk_stamp(seconds: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds % 1 * 1000):03d}"
 
 
+def _side_patches(size, default: int, whose: str, where: str) -> int:
+    """``size`` = ``{"max_height": P, "max_width": P}`` in patches (Kimi's processors take one side limit)."""
+    if size is None:
+        return default
+    if not (isinstance(size, dict) and isinstance(size.get("max_height"), int)
+            and size.get("max_height") == size.get("max_width")):  # fmt: skip
+        raise ConfigError(
+            f"{whose} size is {size!r}; it needs "
+            '{"max_height": P, "max_width": P} with equal values in patches (e.g. {"max_height": 512, '
+            f'"max_width": 512}}). Fix size in {where}'
+        )
+    return size["max_height"]
+
+
 class KimiK25Family:
     name = "kimi_k25"
     model_types = frozenset({"kimi_k25"})
@@ -141,17 +155,10 @@ class KimiK25Family:
         for name in ("patch_size", "merge_size", "max_patches"):
             value = first_setting(sources, name)
             settings[name] = int(value) if value is not None else _DEFAULTS[name]
-        size = first_setting(sources, "size")
-        if size is None:
-            size = {"max_height": _DEFAULTS["max_side"], "max_width": _DEFAULTS["max_side"]}
-        if not (isinstance(size, dict) and isinstance(size.get("max_height"), int)
-                and size.get("max_height") == size.get("max_width")):  # fmt: skip
-            raise ConfigError(
-                f"{path}: the Kimi-K2.5 image processor's size is {size!r}; it needs "
-                '{"max_height": P, "max_width": P} with equal values in patches (e.g. {"max_height": 512, '
-                '"max_width": 512}). Fix size in the folder or model.processor_kwargs'
-            )
-        settings["max_side_patches"] = size["max_height"]
+        settings["max_side_patches"] = _side_patches(
+            first_setting(sources, "size"), _DEFAULTS["max_side"], f"{path}: the Kimi-K2.5 image processor's",
+            "the folder or model.processor_kwargs",
+        )  # fmt: skip
         settings.update(self._video_settings(path, kwargs, settings))
         return settings
 
@@ -173,21 +180,15 @@ class KimiK25Family:
                     f"{path}: the video processor's {name} is {value}, the image processor's {image[name]}; "
                     "Kimi-K2.5's vision tower takes one value for both"
                 )
-        size = first_setting(sources, "size")
-        if size is None:
-            size = {"max_height": VIDEO_DEFAULTS["max_side"], "max_width": VIDEO_DEFAULTS["max_side"]}
-        if not (isinstance(size, dict) and isinstance(size.get("max_height"), int)
-                and size.get("max_height") == size.get("max_width")):  # fmt: skip
-            raise ConfigError(
-                f"{path}: the Kimi-K2.5 video processor's size is {size!r}; it needs "
-                '{"max_height": P, "max_width": P} with equal values in patches. Fix size in the folder\'s video '
-                "settings or model.processor_kwargs"
-            )
+        side = _side_patches(
+            first_setting(sources, "size"), VIDEO_DEFAULTS["max_side"], f"{path}: the Kimi-K2.5 video processor's",
+            "the folder's video settings or model.processor_kwargs",
+        )  # fmt: skip
         tp, max_patches = first_setting(sources, "temporal_patch_size"), first_setting(sources, "max_patches")
         return {
             "temporal_patch_size": int(tp) if tp is not None else VIDEO_DEFAULTS["temporal_patch_size"],
             "video_max_patches": int(max_patches) if max_patches is not None else VIDEO_DEFAULTS["max_patches"],
-            "video_max_side_patches": size["max_height"],
+            "video_max_side_patches": side,
         }
 
     def video_defaults(self) -> VideoConfig:
