@@ -1,6 +1,6 @@
 """The loader's proof: a packed forward equals running each sub-sample alone.
 
-A tiny random Qwen2.5-VL / Qwen3-VL (built from a config: hidden 64, 2 layers, no
+A tiny random Qwen2-VL / Qwen2.5-VL / Qwen3-VL (built from a config: hidden 64, 2 layers, no
 downloaded weights, vision patch/merge matching the processor directory) runs
 once on a pack of text-only, image, multi-image and video sub-samples (CPU,
 fp32, ``sdpa`` with the 4D block-causal mask) and once per sub-sample alone with
@@ -15,6 +15,7 @@ import torch
 
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.packed_format import PackedSample, PackedSubSample
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
@@ -67,10 +68,13 @@ def _summed_loss(loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "family",
-    ["qwen2_5_vl", "qwen3_vl"],
+    ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"],
 )
 def test_packed_forward_equals_each_sub_sample_alone(family, request, make_config, tmp_path):
-    processor_dir = request.getfixturevalue("qwen25_processor_dir" if family == "qwen2_5_vl" else "qwen3_processor_dir")
+    if family == "qwen2_vl":
+        processor_dir = build_processor_dir(tmp_path / "proc", "qwen2_vl")
+    else:
+        processor_dir = request.getfixturevalue("qwen25_processor_dir" if family == "qwen2_5_vl" else "qwen3_processor_dir")
     config = make_config(wds_dir=tmp_path, processor_dir=processor_dir, video=TINY_VIDEO)
     encoder = PackEncoder(config, EncoderOptions(check_lengths=False))
     pack, media = _mixed_pack()

@@ -33,6 +33,12 @@ def _configs(family: str):
 
         vision |= {"patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1]}
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision), Qwen2_5_VLForConditionalGeneration
+    if family == "qwen2_vl":
+        from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+        vision = {"depth": 2, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "num_heads": 2, "patch_size": 14,
+                  "spatial_merge_size": 2, "temporal_patch_size": 2}  # fmt: skip
+        return Qwen2VLConfig(text_config=text, vision_config=vision), Qwen2VLForConditionalGeneration
     if family == "qwen3_5":  # one Gated DeltaNet layer, one full-attention layer; Qwen tokenizer's media ids
         from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
@@ -48,7 +54,7 @@ def _configs(family: str):
         tokens = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
                   "vision_end_token_id": 151653}  # fmt: skip
         return Qwen3_5Config(text_config=text, vision_config=vision, **tokens), Qwen3_5ForConditionalGeneration
-    raise ValueError(f"no tiny model for {family!r}; choose qwen2_5_vl, qwen3_vl or qwen3_5")
+    raise ValueError(f"no tiny model for {family!r}; choose qwen2_vl, qwen2_5_vl, qwen3_vl or qwen3_5")
 
 
 def tiny_qwen_vl(family: str, attn_implementation: str = "sdpa", seed: int = 0) -> torch.nn.Module:
