@@ -129,5 +129,7 @@ def test_a_processor_dir_that_is_not_here_or_a_dataset_without_settings_is_a_cle
     (moved / ".nv-meta" / "vlmpack.json").write_text(json.dumps(stored))
     with pytest.raises(ConfigError, match=r"'/nowhere/proc' .* is not here: pass processor_path="):
         PackEncoder.from_packed_dir(moved)
+    with pytest.raises(ConfigError, match=r"^processor_path='/typo/proc' is not a directory$"):
+        PackEncoder.from_packed_dir(moved, processor_path="/typo/proc")  # the user's path, named as given
     with pytest.raises(ConfigError, match=r"vlmpack.json not found"):
         PackEncoder.from_packed_dir(tmp_path)

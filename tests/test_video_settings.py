@@ -219,3 +219,27 @@ def test_qwen_vl_utils_recipe_counts_equal_fetch_video_and_the_processor(tmp_pat
                         do_sample_frames=False)["input_ids"][0]  # fmt: skip
         count = counter.count(conversation, [item])
         assert (count.token_len, count.media_tokens) == (len(ids), sum(i in pads for i in ids)), clip
+
+
+@pytest.mark.parametrize(
+    ("family", "video", "refused"),
+    [
+        ("kimi_k25", {"max_frames": 4, "max_pixels": 10000}, "video.max_frames, video.max_pixels"),
+        ("glm46v", {"fps": 1.0}, "video.fps"),
+        ("kimi_k25", {"fps": 1.0}, None),
+        ("glm4v", {"fps": 1.0, "max_pixels": 2 * 28 * 28 * 300}, None),
+    ],
+)
+def test_video_fields_a_family_s_own_sampler_never_reads_are_refused(tmp_path, make_config, family, video, refused):
+    """Kimi-K2.5 samples by fps alone and GLM-4.6V picks its rate from the duration: a ``video:`` value they
+    would ignore is a config error naming it (it would silently not apply), the ones they read are taken."""
+    from vlmpack_offline.errors import ConfigError
+
+    config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, family, video=True),
+                         video=video)  # fmt: skip
+    if refused is None:
+        rules = load_model_rules(config.model, config.video)
+        assert all(getattr(rules.video, name) == value for name, value in video.items())
+        return
+    with pytest.raises(ConfigError, match=f"^{refused}: {family} videos are sampled by its own video processor"):
+        load_model_rules(config.model, config.video)

@@ -183,10 +183,12 @@ def config_from_packed_dir(
             else:
                 target[key] = value
     config = config_from_dict(raw, source=source)
-    stored_path = config.model.processor_kwargs.get(_PATH_KEY)
-    if document.get("processor") and stored_path and not Path(stored_path).is_dir():
+    folder = config.model.processor_kwargs.get(_PATH_KEY)
+    if document.get("processor") and folder and not Path(folder).is_dir():
+        if processor_path is not None:
+            raise ConfigError(f"processor_path={str(processor_path)!r} is not a directory")
         raise ConfigError(
-            f"{source}: the processor directory {stored_path!r} the dataset was written with is not here: "
+            f"{source}: the processor directory {folder!r} the dataset was written with is not here: "
             "pass processor_path= (a copy of that directory on this machine)"
         )
     if check:

@@ -174,6 +174,8 @@ class Glm4vFamily:
         self.name = name
         self.model_types = model_types
         self.glm46v = glm46v
+        # the video: fields its sampler reads (GLM-4.6V's picks its own rate from the duration)
+        self.video_fields = frozenset({"min_pixels", "max_pixels", "sampler"} | (set() if glm46v else {"fps"}))
 
     def stamp(self, seconds: float) -> str:
         """``replace_frame_token_id``'s text after a frame block's ``<|end_of_image|>``."""

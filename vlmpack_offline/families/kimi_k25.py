@@ -191,6 +191,8 @@ class KimiK25Family:
             "video_max_side_patches": side,
         }
 
+    video_fields = frozenset({"fps", "sampler"})  # Kimi_K25VideoProcessor samples by fps alone
+
     def video_defaults(self) -> VideoConfig:
         """The video processor's own sampling (fps 2), under the folder's video settings and ``video:``."""
         return VideoConfig(fps=float(VIDEO_DEFAULTS["fps"]), sampler="hf_processor")
@@ -211,7 +213,8 @@ class KimiK25Family:
             indices = [int(i) for i in BaseVideoProcessor.sample_frames(host, metadata)]
         except ValueError as exc:  # fps above the video's own rate: more frames asked than there are
             raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: Kimi_K25VideoProcessor cannot sample it at "
-                            f"{video.fps} fps ({info.n_frames} frames at {info.native_fps} fps): {exc}") from None  # fmt: skip
+                            f"{video.fps} fps ({info.n_frames} frames at {info.native_fps} fps): {exc}; to keep "
+                            f"such videos set video.fps at or below their frame rate") from None  # fmt: skip
         if not indices or indices[0] != 0:  # the compact text holds the stamp of frame 0
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: no frame 0 among the sampled frames {indices[:4]}")
         _, (pad_h, pad_w) = navit_resize(info.height, info.width, rules.patch_size, rules.merge_size,

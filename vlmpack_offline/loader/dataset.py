@@ -248,8 +248,10 @@ class PackDataset(IterableDataset):
             )
         dropped = len(self.packs) - len(order) * self.world_size
         if dropped and self.rank == 0 and worker == 0 and not self._logged_drop:
-            log.info("PackDataset %s epoch %d: %d of %d packs left out so every one of %d slots reads %d",
-                     self.split, epoch, dropped, len(self.packs), slots, len(order) // workers)  # fmt: skip
+            # a warning: on a small dataset the few packs left out can be all of one media type this epoch
+            log.warning("PackDataset %s epoch %d: %d of %d packs left out so every one of %d slots reads %d "
+                        "(other packs each epoch)", self.split, epoch, dropped, len(self.packs), slots,
+                        len(order) // workers)  # fmt: skip
             self._logged_drop = True
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         for k in range(start + worker, len(order), workers):

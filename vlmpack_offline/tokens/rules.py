@@ -264,6 +264,18 @@ def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
     )
 
 
+def _check_video_fields(video: VideoConfig, family) -> None:
+    """Refuse ``video:`` fields the family's own sampler never reads: they would silently not apply."""
+    ignored = [f.name for f in dataclasses.fields(VideoConfig)
+               if getattr(video, f.name) is not None and f.name not in family.video_fields]  # fmt: skip
+    if ignored:
+        reads = ", ".join(f"video.{name}" for name in sorted(family.video_fields - {"sampler"})) or "no video: field"
+        raise ConfigError(
+            f"{', '.join(f'video.{name}' for name in ignored)}: {family.name} videos are sampled by its own video "
+            f"processor, which reads only {reads}; remove {'them' if len(ignored) > 1 else 'it'}"
+        )
+
+
 def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> ModelRules:
     """Read the rules for ``model`` (see module doc); raises ``ConfigError`` naming what is missing.
 
@@ -291,11 +303,13 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
             model_type = "text"
         else:
             raise ConfigError(f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)")
+    family = family_for(str(model_type))
+    if video is not None and family is not None and hasattr(family, "video_fields"):
+        _check_video_fields(video, family)
     pre, video_pre, _source = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
     merged = {**pre, **model.processor_kwargs}
     settings = _int_settings(merged)
-    family = family_for(str(model_type))
     if family is not None and not text_only:  # the family's own settings, and what it refuses to count
         settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
