@@ -42,6 +42,7 @@ from typing import Any
 from .artifacts import atomic_write_text, canonical_json, fingerprint
 from .config import Config, config_from_dict
 from .errors import ConfigError
+from .model_type import resolved_model_type
 
 __all__ = [
     "SETTINGS_NAME",
@@ -100,9 +101,7 @@ def _sections(config: Config) -> dict[str, dict]:
     """The stored sections as plain data, ``model.model_type`` resolved from the processor directory."""
     out = {name: dataclasses.asdict(getattr(config, name)) for name in (*_CHECKED, *_RESTORED) if hasattr(config, name)}
     if config.model.processor_kwargs.get(_PATH_KEY):
-        from .tokens.rules import load_model_rules  # reads config.json / preprocessor_config.json
-
-        out["model"]["model_type"] = load_model_rules(config.model).model_type
+        out["model"]["model_type"] = resolved_model_type(config.model)  # the folder's config.json, as the scan
     return json.loads(json.dumps(out))  # tuples -> lists, as they come back from the file
 
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +54,8 @@ from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
 from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for
 from ..media.video import recipe_video
+from ..model_type import read_json as _read_json
+from ..model_type import resolved_model_type
 
 __all__ = [
     "FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules", "known_model_types", "recipe_video",
@@ -106,15 +107,6 @@ class ModelRules:
     def factor(self) -> int:
         """smart_resize factor: sizes are multiples of patch_size * merge_size."""
         return self.patch_size * self.merge_size
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
 
 
 @functools.cache
@@ -297,12 +289,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         model = dataclasses.replace(model, model_type=folder_type)
     if model.model_type:
         _check_model_type(model.model_type, path, folder_type)
-    model_type = model.model_type or folder_type
-    if not model_type:
-        if text_only:
-            model_type = "text"
-        else:
-            raise ConfigError(f"{path}/config.json has no model_type: set model.model_type (e.g. qwen2_5_vl)")
+    model_type = resolved_model_type(model)
     family = family_for(str(model_type))
     if video is not None and family is not None and hasattr(family, "video_fields"):
         _check_video_fields(video, family)
