@@ -2,8 +2,9 @@
 
 Baseline (what the published offline-packing tool does): for every sample, decode
 each image and run the real processor (``Qwen2_5_VLProcessor`` with
-``Qwen2VLImageProcessorPil``; for ``--family gemma3`` / ``internvl`` / ``glm4v`` that family's own processor with its
-PIL image processor) on text + pixels, then take ``len(input_ids)``.
+``Qwen2VLImageProcessorPil``; ``Qwen2VLProcessor`` for ``qwen2_vl``, ``Qwen3VLProcessor`` for ``qwen3_vl`` and
+``qwen3_5`` (which transformers serves with Qwen3-VL's classes); for the other families their own processor,
+with its PIL image processor where transformers has one) on text + pixels, then take ``len(input_ids)``.
 vlmpack: ``stages.scan.run`` end to end (shard discovery, tar reading, header-only
 image sizes, batched tokenization, sqlite commits), one worker, like the baseline.
 Both must give identical token counts for every sample the baseline counted.
@@ -42,6 +43,7 @@ from transformers import (
     InternVLProcessor,
     LlavaOnevisionProcessor,
     Qwen2_5_VLProcessor,
+    Qwen2VLProcessor,
     Qwen3VLProcessor,
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -106,8 +108,10 @@ def baseline(
 def reference_processor(family: str, processor_dir: Path, tokenizer):
     """The family's real HF processor (PIL image processor; without its video processor, which needs torchvision)."""
     images_only = {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])}
-    if family in ("qwen2_5_vl", "qwen3_vl"):
-        base = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen3VLProcessor
+    qwen = {"qwen2_vl": Qwen2VLProcessor, "qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLProcessor,
+            "qwen3_5": Qwen3VLProcessor}  # qwen3_5: AutoProcessor gives Qwen3VLProcessor too
+    if family in qwen:
+        base = qwen[family]
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(processor_dir)
         return type("ImageOnly", (base,), images_only)(
             image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_5_vl", "qwen3_vl", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3", "llava_onevision"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3", "llava_onevision"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"

@@ -9,7 +9,7 @@
     glm4v.py   glm4v, glm4v_moe, glm46v: <|image|> grid from GLM's smart_resize, video blocks per temporal patch, mRoPE
     pixtral.py mistral3: Pixtral's [IMG] rows + [IMG_BREAK] / [IMG_END] from the resized size, no video, 1-D
     llava_onevision.py llava_onevision: anyres <image> count (lone image) or 730 (multi-image), pooled video frames, 1-D
-    kimi_k25.py kimi_k25: <|media_pad|> grid from Kimi's navit_resize, no video, 1-D positions
+    kimi_k25.py kimi_k25: <|media_pad|> grid from Kimi's navit_resize, video chunks of 4 frames, 1-D positions
 
 A ``model_type`` with a module here is counted from image headers and video
 metadata (the fast path); any other is counted by running its HF processor
