@@ -14,9 +14,11 @@ Videos: HF's ``Kimi_K25Model`` (transformers 5.23) cannot take the processor's v
 ``h * w / merge**2`` rows, so ``torch.split`` raises for any chunk of more than one frame; and its temporal
 merge index cannot stack chunks of 4 and fewer frames (``torch.cat`` raises). The first test below keeps that
 evidence (it fails the day transformers fixes it: then feed ``pixel_values_videos`` directly). The packed
-video test feeds the same model's own vision tower and projector, run per chunk (its attention is per chunk,
-``merge_temporal=True``), with the split the pooling gives, through ``mm_encoder_outputs``: a pack of a video
-(chunks of 4, 4 and 2 frames), an image and a text sub-sample gives the logits of each run alone.
+video test trains as a user would, through ``loader.kimi_k25_model_kwargs`` (the model's own vision tower and
+projector per chunk, through ``mm_encoder_outputs``): a pack of a video (chunks of 4, 4 and 2 frames), an
+image and a text sub-sample gives the logits and loss of each sub-sample run alone, whose features this test
+computes itself per chunk; and for a one-frame chunk, which HF's split handles, those features equal HF's own
+``get_video_features``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ import torch
 from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of, text_item
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.loader import EncoderOptions, PackEncoder
+from vlmpack_offline.loader import (
+    EncoderOptions,
+    PackEncoder,
+    kimi_k25_encoder_outputs,
+    kimi_k25_model_kwargs,
+)
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 
@@ -169,13 +176,30 @@ def test_a_packed_video_forward_equals_each_sub_sample_alone(setup):
     assert batch.n_videos_per_sample.tolist() == [1, 0, 0] and batch.n_images_per_sample.tolist() == [0, 1, 0]
     video_token_id = model.config.video_token_id
     assert int((batch.input_ids == video_token_id).sum()) == 3 * int(batch.vision["video_grid_thw"][0, 1:].prod()) // 4
-    kwargs = {k: v for k, v in batch.model_kwargs("sdpa", with_labels=False).items() if k not in batch.vision}
+    kwargs = kimi_k25_model_kwargs(model, batch, "sdpa")
+    assert not set(kwargs) & set(batch.vision) and set(kwargs["mm_encoder_outputs"]) == {"image", "video"}
     with torch.no_grad():
-        features = _encoder_outputs(model, batch.vision)
-        packed = model(**kwargs, mm_encoder_outputs=features).logits
+        packed = model(**kwargs)
         alone = _video_alone(model, batch, video_token_id)
         unmasked = {k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_ids")}
-        no_mask = model(**unmasked, mm_encoder_outputs=_encoder_outputs(model, batch.vision)).logits
-    assert packed.shape == alone.shape
-    assert (packed - alone).abs().max() < TOL
+        no_mask = model(**unmasked).logits
+    assert packed.logits.shape == alone.shape
+    assert (packed.logits - alone).abs().max() < TOL
     assert (no_mask - alone).abs().max() > 1e-3  # the segments would see each other without the loader's mask
+    # the summed loss over the pack equals that of each sub-sample's own logits and labels
+    shifted = torch.nn.functional.cross_entropy(alone[0, :-1], batch.labels[0, 1:], ignore_index=-100, reduction="sum")
+    n = int((batch.labels[0, 1:] != -100).sum())
+    assert n > 0 and abs(float(packed.loss) * n - float(shifted)) < 1e-3 * n
+
+
+def test_a_one_frame_chunk_gets_hf_own_video_features(setup):
+    """Where HF's split works (a chunk of one frame), the per-chunk features are HF's own."""
+    model, encoder = setup
+    batch = encoder.encode(pack_of([([{"type": "video", "video": "one.mp4"}, text_item("What?")], "A frame.")],
+                                   capacity=8192), {"one.mp4": video_bytes(3, 4, 64, 48, seed=5)})  # fmt: skip
+    grids = batch.vision["video_grid_thw"]
+    assert grids[:, 0].tolist() == [1]  # 3 frames at 4 fps sampled at 2 fps: one frame
+    with torch.no_grad():
+        ours = kimi_k25_encoder_outputs(model, batch.vision)["video"].pooler_output
+        theirs = model.model.get_video_features(batch.vision["pixel_values_videos"], grids).pooler_output
+    assert len(ours) == len(theirs) == 1 and torch.equal(ours[0], theirs[0])
