@@ -177,8 +177,9 @@ def test_materialize_gives_the_processor_input_ids(ov_dirs, wds, make_config):
         assert materialized.input_ids == ids, key
         learned = [i for i, m in zip(ids, materialized.assistant_mask, strict=True) if m]
         assert processor.image_token_id not in learned
-        if key.startswith(("one", "two")):  # one assistant turn: its text, inside the template's {% generation %}
-            assert processor.tokenizer.decode(learned) == f"{'One' if key.startswith('one') else 'Two'} {int(key[3:])}."
+        if key.startswith(("one", "two")):  # one assistant turn: its text and <|im_end|> (the markers hold the text)
+            answer = f"{'One' if key.startswith('one') else 'Two'} {int(key[3:])}."
+            assert processor.tokenizer.decode(learned) == answer + "<|im_end|>"
         checked += 1
     assert checked >= 2 * len(SIZES) + 5
 

@@ -13,6 +13,7 @@ them too.
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import torch
@@ -151,3 +152,57 @@ def test_a_sample_with_nothing_to_learn_is_dropped_at_scan_time(qwen25_processor
     scan.run(everything)
     with Manifest(manifest_path(everything.work_dir)) as manifest:
         assert {row.key: row.status for row in manifest.iter_samples()} == dict.fromkeys(status, "ok")
+
+
+def _runs(labels: list[int]) -> list[list[int]]:
+    """The labelled tokens, one list per unbroken run."""
+    runs, current = [], []
+    for label in [*labels, -100]:
+        if label != -100:
+            current.append(label)
+        elif current:
+            runs, current = [*runs, current], []
+    return runs
+
+
+def test_llava_onevision_labels_hold_each_turns_im_end_though_its_markers_leave_it_out(dataset, tmp_path):
+    """LLaVA-OneVision's published template wraps the assistant text alone in {% generation %}; labels still
+    hold each turn's <|im_end|>, as the ids-only oracle reads them (its pads are <image> / <video>)."""
+    processor_dir = build_processor_dir(tmp_path / "proc", "llava_onevision")
+    encoder = PackEncoder(_config(processor_dir, tmp_path, video={"min_frames": 4, "max_frames": 4}))
+    tokenizer = encoder.counter.tokenizer
+    assert "{% generation %}" in tokenizer.chat_template
+    image, video = tokenizer.convert_tokens_to_ids(["<image>", "<video>"])
+    checked = 0
+    for key, conversation, parts in dataset:
+        if conversation.media_type == "video":  # the video tensors need torchvision; the labels do not differ
+            continue
+        batch = _encode_alone(encoder, conversation, parts)
+        ids = batch.input_ids[0].tolist()
+        expected = [-100 if i in (image, video) else label for i, label in zip(ids, oracle_labels(ids, tokenizer), strict=True)]
+        assert batch.labels[0].tolist() == expected, key
+        assert all(run[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") for run in _runs(expected)), key
+        checked += 1
+    assert checked >= 20
+
+
+ENDINGS = ["Goodbye 👋", "ça va ✨", "结束了。", "family 👨‍👩‍👧", "done ✔️"]
+
+
+@pytest.mark.parametrize(("family", "end_of_turn"), [("qwen2_5_vl", "<|im_end|>"), ("llava_onevision", "<|im_end|>"),
+                                                     ("glm4v", "")])  # fmt: skip
+def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(family, end_of_turn, tmp_path):
+    """Byte-level BPE spreads 👋 over two tokens, both mapped to the one character: labels hold both, so every
+    assistant turn's labels decode to its answer (+ the end-of-turn token). GLM's turns have no end token, so
+    the last character ends the span there."""
+    processor_dir = build_processor_dir(tmp_path / "proc", family)
+    encoder = PackEncoder(_config(processor_dir, tmp_path))
+    turns = [("Say bye.", ENDINGS[0]), ("And in French?", ENDINGS[1]), ("In Chinese?", ENDINGS[2])]
+    samples = [turns[:1], turns, [("Who?", ENDINGS[3])], [("Ok?", ENDINGS[4])]]
+    for n, sample in enumerate(samples):
+        messages = [m for question, answer in sample for m in ({"role": "user", "content": question},
+                                                                 {"role": "assistant", "content": answer})]  # fmt: skip
+        conversation = parse_conversation(json.dumps({"messages": messages}), key=f"k{n}", parts=[])
+        labels = _encode_alone(encoder, conversation, {}).labels[0].tolist()
+        decoded = [encoder.counter.tokenizer.decode(run) for run in _runs(labels)]
+        assert decoded == [answer + end_of_turn for _, answer in sample], n

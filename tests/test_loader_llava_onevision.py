@@ -16,8 +16,8 @@ with videos in ``.venv-ref``), run on each sub-sample alone, its images as one l
   entry per sub-sample with images, which is what makes the model tile a sub-sample's only image and
   not the images of a multi-image sub-sample, exactly as each sub-sample alone;
 * ``pixel_values_videos`` equal (torchvision);
-* the labelled tokens decode to the assistant answers: the published template's ``{% generation %}`` markers
-  hold each answer's text (not its ``<|im_end|>``), and HF's spans of them are kept (``tokens/spans.py``).
+* the labelled tokens decode to the assistant answers, each with its ``<|im_end|>``, though the published
+  template's ``{% generation %}`` markers hold the text alone (``tokens/spans.py``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _check_every_pack(packed_dir: Path, processor_dir: Path, oracle, *, video: b
             labels = batch.labels[0, start:end]
             learned = oracle.tokenizer.decode(batch.input_ids[0, start:end][labels != -100])
             answers = ["".join(i["text"] for i in m["content"]) for m in sub.messages if m["role"] == "assistant"]
-            assert learned == "".join(answers)  # the published template's {% generation %} holds the text alone
+            assert learned == "".join(a + "<|im_end|>" for a in answers)  # its markers hold the text alone
         if pixels:
             got = batch.vision["pixel_values"]
             assert got.shape[0] == sum(len(p) for p in pixels) and got.shape[1] == max(p.shape[1] for p in pixels)

@@ -86,6 +86,18 @@ def _require_assistant_turn(conversation: Conversation) -> None:
         )
 
 
+def _last_token(encoding, end: int, n_tokens: int) -> int:
+    """The last token holding any character before ``end``. Byte-level BPE spreads one character over
+    several tokens (an emoji: 👋 -> 2 tokens, each mapped to the whole character), and ``char_to_token``
+    names only the first of them, so an answer ending in 👋 would leave its last byte unlearned."""
+    last = encoding.char_to_token(end - 1)
+    if last is None:
+        return n_tokens - 1
+    while last + 1 < n_tokens and (chars := encoding.token_to_chars(last + 1)) is not None and chars.start < end:
+        last += 1
+    return last
+
+
 def _require_span(spans: list[tuple[int, int]] | Exception) -> None:
     """``require_labels``' verdict on spans found (or failed) already; the same reasons and texts."""
     if isinstance(spans, DropError):  # decided before any span was looked for (no assistant turn)
@@ -300,10 +312,9 @@ class TokenCounter:
 
         for start, end in spans:
             first = encoding.char_to_token(to_expanded(start))
-            final = encoding.char_to_token(to_expanded(end) - 1)
             if first is None:
                 break
-            for position in range(first, final + 1 if final is not None else len(ids)):
+            for position in range(first, _last_token(encoding, to_expanded(end), len(ids)) + 1):
                 mask[position] = 1
         for begin, end in regions:
             first, final = encoding.char_to_token(begin), encoding.char_to_token(end - 1)

@@ -19,7 +19,10 @@ thinking templates such as Qwen3.5's render a turn before a later user query wit
 ``<think>`` block). A template for which none holds
 raises ``SpanError``: labels are never guessed.
 
-Templates that do have ``{% generation %}`` markers keep HF's own spans.
+Templates with ``{% generation %}`` markers are read the same way: the markers of templates as
+published do not always hold the end-of-turn token (LLaVA-OneVision's wrap the text alone, so a
+model trained on them never learns ``<|im_end|>``, and never learns to stop). HF's marker spans
+are the fallback for a marker template whose turns cannot be located by rendering.
 
 The scan checks many samples at once (``ChatRenderer.spans_many``): their full texts are
 already rendered, ``upto_i`` of the last turn is that full text, and every other prefix
@@ -134,8 +137,6 @@ class ChatRenderer:
     ) -> list[list[tuple[int, int]] | Exception]:
         """``render_with_spans(c)[1]`` of each conversation whose full render ``fulls[i]`` is known;
         a conversation whose renders fail, or whose turns cannot be located, gets its exception."""
-        if self.has_generation:
-            return [_or_exception(lambda c=c: self.render_with_spans(c)[1]) for c in conversations]
         # the prefixes assistant_spans asks for: (conversation, prefix length, add_generation_prompt)
         wanted: list[tuple[int, int, bool]] = []
         for c, messages in enumerate(conversations):
@@ -170,23 +171,36 @@ class ChatRenderer:
 
             return render
 
-        return [
+        found = [
             _or_exception(lambda c=c, m=messages: assistant_spans(m, lookup(c), fulls[c]))
             for c, messages in enumerate(conversations)
         ]
+        return [
+            _or_exception(lambda m=messages: self._marker_spans(m)[1])
+            if isinstance(spans, SpanError) and self.has_generation else spans
+            for messages, spans in zip(conversations, found, strict=True)
+        ]  # fmt: skip
 
     def render_with_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
-        """The rendered text and its assistant spans (``{% generation %}`` spans when the template has them)."""
-        if self.has_generation:
-            rendered, indices = render_jinja_template(
-                conversations=[list(messages)],
-                chat_template=self.template,
-                return_assistant_tokens_mask=True,
-                **self.special_tokens_map,
-            )
-            return rendered[0], [tuple(span) for span in indices[0]]
+        """The rendered text and its assistant spans (the ``{% generation %}`` spans only where rendering
+        turn by turn cannot locate them)."""
         full = self.render(messages)
-        return full, assistant_spans(messages, self.render, full)
+        try:
+            return full, assistant_spans(messages, self.render, full)
+        except SpanError:
+            if not self.has_generation:
+                raise
+            return self._marker_spans(messages)
+
+    def _marker_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
+        """HF's ``{% generation %}`` spans (``return_assistant_tokens_mask``)."""
+        rendered, indices = render_jinja_template(
+            conversations=[list(messages)],
+            chat_template=self.template,
+            return_assistant_tokens_mask=True,
+            **self.special_tokens_map,
+        )
+        return rendered[0], [tuple(span) for span in indices[0]]
 
 
 def _or_exception(call: Callable[[], object]):
