@@ -36,12 +36,12 @@ PROCESSORS = {"qwen2_vl": Qwen2VLProcessor, "qwen2_5_vl": Qwen2_5_VLProcessor, "
 CASES = [("qwen2_vl", "published"), ("qwen2_5_vl", "published"), ("qwen3_vl", "published"), ("qwen2_5_vl", "generation")]
 
 
-def _config(processor_dir, tmp_path, **sections):
+def _config(processor_dir, tmp_path, video=TINY_VIDEO, **sections):
     raw = {
         "data": {"wds_dir": str(tmp_path / "src"), "work_dir": str(tmp_path / "work"),
                  "packed_wds_dir": str(tmp_path / "packed")},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
-        "video": TINY_VIDEO,
+        "video": video,
     }  # fmt: skip
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
@@ -169,7 +169,7 @@ def test_llava_onevision_labels_hold_each_turns_im_end_though_its_markers_leave_
     """LLaVA-OneVision's published template wraps the assistant text alone in {% generation %}; labels still
     hold each turn's <|im_end|>, as the ids-only oracle reads them (its pads are <image> / <video>)."""
     processor_dir = build_processor_dir(tmp_path / "proc", "llava_onevision")
-    encoder = PackEncoder(_config(processor_dir, tmp_path, video={"min_frames": 4, "max_frames": 4}))
+    encoder = PackEncoder(_config(processor_dir, tmp_path, video={"min_frames": 4, "max_frames": 4}))  # no pixel bounds
     tokenizer = encoder.counter.tokenizer
     assert "{% generation %}" in tokenizer.chat_template
     image, video = tokenizer.convert_tokens_to_ids(["<image>", "<video>"])
@@ -196,7 +196,7 @@ def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(
     assistant turn's labels decode to its answer (+ the end-of-turn token). GLM's turns have no end token, so
     the last character ends the span there."""
     processor_dir = build_processor_dir(tmp_path / "proc", family)
-    encoder = PackEncoder(_config(processor_dir, tmp_path))
+    encoder = PackEncoder(_config(processor_dir, tmp_path, video={}))
     turns = [("Say bye.", ENDINGS[0]), ("And in French?", ENDINGS[1]), ("In Chinese?", ENDINGS[2])]
     samples = [turns[:1], turns, [("Who?", ENDINGS[3])], [("Ok?", ENDINGS[4])]]
     for n, sample in enumerate(samples):

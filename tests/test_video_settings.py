@@ -226,20 +226,30 @@ def test_qwen_vl_utils_recipe_counts_equal_fetch_video_and_the_processor(tmp_pat
     [
         ("kimi_k25", {"max_frames": 4, "max_pixels": 10000}, "video.max_frames, video.max_pixels"),
         ("glm46v", {"fps": 1.0}, "video.fps"),
+        ("internvl", {"max_frames": 8, "total_pixels": 1000, "min_pixels": 100000}, "video.min_pixels, video.total_pixels"),
+        ("llava_onevision", {"max_pixels": 1000}, "video.max_pixels"),
+        ("gemma3", {"fps": 1.0}, "video.fps"),
+        ("mistral3", {"max_frames": 8}, "video.max_frames"),
         ("kimi_k25", {"fps": 1.0}, None),
         ("glm4v", {"fps": 1.0, "max_pixels": 2 * 28 * 28 * 300}, None),
+        ("internvl", {"fps": 1.0, "min_frames": 2, "max_frames": 8}, None),
+        ("llava_onevision", {"max_frames": 8, "min_frames": 8}, None),
     ],
 )
-def test_video_fields_a_family_s_own_sampler_never_reads_are_refused(tmp_path, make_config, family, video, refused):
-    """Kimi-K2.5 samples by fps alone and GLM-4.6V picks its rate from the duration: a ``video:`` value they
-    would ignore is a config error naming it (it would silently not apply), the ones they read are taken."""
+def test_video_fields_a_family_never_reads_are_refused(tmp_path, make_config, family, video, refused):
+    """Kimi-K2.5 samples by fps alone, GLM-4.6V picks its rate from the duration, InternVL and LLaVA-OneVision
+    resize every frame to their tile (their frame choice is ours, their pixel bounds are not), Gemma3 and Mistral3
+    take no video: a ``video:`` value the family would ignore is a config error naming it (it would silently not
+    apply), the ones it reads are taken."""
     from vlmpack_offline.errors import ConfigError
 
-    config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, family, video=True),
+    takes_video = family not in ("gemma3", "mistral3")
+    config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, family, video=takes_video),
                          video=video)  # fmt: skip
     if refused is None:
         rules = load_model_rules(config.model, config.video)
         assert all(getattr(rules.video, name) == value for name, value in video.items())
         return
-    with pytest.raises(ConfigError, match=f"^{refused}: {family} videos are sampled by its own video processor"):
+    reason = "never reads" if takes_video else "takes no video"
+    with pytest.raises(ConfigError, match=f"^{refused}: {family} {reason}"):
         load_model_rules(config.model, config.video)

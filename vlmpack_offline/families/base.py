@@ -120,7 +120,8 @@ class Family(Protocol):
     # - ``video_defaults() -> VideoConfig``: the family's own video recipe, under the folder's settings and
     #   ``video:`` (GLM-4V: its processor's, ``sampler: hf_processor``, which no ``video:`` may change;
     #   LLaVA-OneVision: 32 frames); else qwen-vl-utils' recipe.
-    # - ``video_fields: frozenset[str]``: the ``video:`` fields its own sampler reads (Kimi-K2.5: ``fps``);
-    #   ``vlmpack scan`` refuses a config that sets any other, which would silently not apply.
+    # - ``video_fields: frozenset[str]``: the ``video:`` fields its video count reads (Kimi-K2.5: ``fps``;
+    #   InternVL, LLaVA-OneVision: the frame choice, not the pixel bounds); ``vlmpack scan`` refuses a config
+    #   that sets any other, which would silently not apply (any at all for a family without video).
     # - ``images_per_sample: bool``: the loader runs a sub-sample's images through one processor call
     #   (LLaVA-OneVision's ``batch_num_images``) instead of one call per image.

@@ -80,6 +80,8 @@ class InternVLFamily:
     name = "internvl"
     model_types = frozenset({"internvl"})
     takes_video = True
+    # every frame is resized to the tile size by the processor: only the frame choice is ours
+    video_fields = frozenset({"fps", "min_frames", "max_frames", "sampler"})
     positions = "1d"
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:

@@ -120,6 +120,8 @@ class LlavaOnevisionFamily:
     name = "llava_onevision"
     model_types = frozenset({"llava_onevision"})
     takes_video = True
+    # every frame is resized to the tile size by the processor: only the frame choice is ours
+    video_fields = frozenset({"fps", "min_frames", "max_frames", "sampler"})
     positions = "1d"
     images_per_sample = True  # the loader runs a sub-sample's images through one processor call (batch_num_images)
 

@@ -257,15 +257,18 @@ def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
 
 
 def _check_video_fields(video: VideoConfig, family) -> None:
-    """Refuse ``video:`` fields the family's own sampler never reads: they would silently not apply."""
-    ignored = [f.name for f in dataclasses.fields(VideoConfig)
-               if getattr(video, f.name) is not None and f.name not in family.video_fields]  # fmt: skip
-    if ignored:
-        reads = ", ".join(f"video.{name}" for name in sorted(family.video_fields - {"sampler"})) or "no video: field"
-        raise ConfigError(
-            f"{', '.join(f'video.{name}' for name in ignored)}: {family.name} videos are sampled by its own video "
-            f"processor, which reads only {reads}; remove {'them' if len(ignored) > 1 else 'it'}"
-        )
+    """Refuse ``video:`` fields the family never reads (all of them where it takes no video): they would
+    silently not apply."""
+    reads = family.video_fields if family.takes_video else frozenset()
+    ignored = [f.name for f in dataclasses.fields(VideoConfig) if getattr(video, f.name) is not None and f.name not in reads]
+    if not ignored:
+        return
+    names, them = ", ".join(f"video.{name}" for name in ignored), "them" if len(ignored) > 1 else "it"
+    if not family.takes_video:
+        raise ConfigError(f"{names}: {family.name} takes no video (a video sample is dropped as unsupported_media); "
+                          f"remove {them}")  # fmt: skip
+    read = ", ".join(f"video.{name}" for name in sorted(reads - {"sampler"}))
+    raise ConfigError(f"{names}: {family.name} never reads {them}, its videos depend on {read} alone; remove {them}")
 
 
 def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> ModelRules:
@@ -291,7 +294,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         _check_model_type(model.model_type, path, folder_type)
     model_type = resolved_model_type(model)
     family = family_for(str(model_type))
-    if video is not None and family is not None and hasattr(family, "video_fields"):
+    if video is not None and family is not None and (hasattr(family, "video_fields") or not family.takes_video):
         _check_video_fields(video, family)
     pre, video_pre, _source = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
