@@ -85,3 +85,26 @@ def test_pack_wds_stops_at_the_scan(tmp_path, qwen25_processor_dir):
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "too many samples dropped" in done.stdout
     assert not (tmp_path / "work" / "bins").exists()  # bucket never ran
+
+
+def test_a_capacity_below_most_samples_fails_bucket_after_its_report(tmp_path, qwen25_processor_dir):
+    """sample.max_token_len = 10 (a typo for 10000?): every sample is overlong. Bucket writes its bins and
+    overlong.jsonl, then exits 1 naming the capacity and the lengths it cut; a no-op rerun fails the same way,
+    and scan.max_drop_ratio accepts it without rebuilding."""
+    _dataset(tmp_path)
+    config = _config(tmp_path, qwen25_processor_dir, max_drop_ratio=0.5)
+    assert CliRunner().invoke(cli, ["scan", "--config", str(config)]).exit_code == 0
+    cut = ["bucket", "--config", str(config), "--set", "sample.max_token_len=10"]
+    failed = CliRunner().invoke(cli, cut)
+    assert failed.exit_code == 1
+    line = failed.output.strip().splitlines()[-1].strip()
+    assert line.startswith("too many samples longer than sample.max_token_len 10: 6 of 6 (100.0%) > scan.max_drop_ratio 0.5")
+    assert "(ok samples: median " in line and "overlong.jsonl" in line
+    overlong = (tmp_path / "work" / "bins" / "overlong.jsonl").read_text().splitlines()
+    assert len(overlong) == 6 and all(json.loads(r)["status"] == "overlong" for r in overlong)
+    again = CliRunner().invoke(cli, cut)
+    assert again.exit_code == 1 and "up to date" in again.output and line in again.output
+    accepted = CliRunner().invoke(cli, [*cut, "--set", "scan.max_drop_ratio=1.0"])
+    assert accepted.exit_code == 0 and "up to date" in accepted.output, accepted.output
+    fits = CliRunner().invoke(cli, ["bucket", "--config", str(config)])
+    assert fits.exit_code == 0 and "too many" not in fits.output

@@ -159,7 +159,8 @@ class LossConfig:
 class ScanConfig:
     """How the scan checks samples and its outcome (``max_drop_ratio`` is not in its fingerprint: no rescan)."""
 
-    # the scan exits 1 after writing its report when dropped / input samples is above this; 1.0 = never
+    # the scan exits 1 after writing its report when dropped / input samples is above this, and bucket when
+    # overlong / counted samples is; 1.0 = never
     max_drop_ratio: float = 0.05
     # decode every image and every sampled video frame it counts and drop what fails (corrupt_media); slow.
     # Part of the scan's fingerprint: it changes which samples are ok.

@@ -9,7 +9,8 @@
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
       overlong.jsonl           the drop report of those: {"id", "status": "overlong", "token_len", "error"}
-      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops; written last
+      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops (+ ok lengths
+                               median / p99 / max when any is overlong); written last
 
 A group is a media type (``packing.group_by: media_type``) or ``mixed`` (``none``).
 The capacity C = ``sample.max_token_len`` is applied here, not in the scan: the scan
@@ -23,6 +24,7 @@ look complete; ``.npy`` files have no timestamps, so the bytes depend only on in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -107,7 +109,8 @@ def run(config: Config) -> StageResult:
     expected = bins_fingerprint(config, manifest_fingerprint(config.work_dir))
     meta = read_bins_meta(config)
     if meta is not None and meta.get("fingerprint") == expected:
-        return StageResult(stage="bucket", skipped=True, summary=[f"bins up to date ({bins_dir(config)})"])
+        skipped = StageResult(stage="bucket", skipped=True, summary=[f"bins up to date ({bins_dir(config)})"])
+        return _checked(config, skipped, meta)
 
     out_dir = bins_dir(config)
     (out_dir / "meta.json").unlink(missing_ok=True)
@@ -136,6 +139,10 @@ def run(config: Config) -> StageResult:
         "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
         "groups": group_meta, "manifest_drops": samples.drops,
     }
+    if overlong.size:  # what the capacity cut, for the line that says so (see _checked)
+        lengths = np.sort(samples.token_len)
+        meta["lengths"] = {"median": int(lengths[len(lengths) // 2]), "p99": int(lengths[int(0.99 * (len(lengths) - 1))]),
+                           "max": int(lengths[-1])}  # fmt: skip
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     lb = sum(g["lower_bound"] for g in group_meta)
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
@@ -143,9 +150,26 @@ def run(config: Config) -> StageResult:
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
     summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens): "
                    f"{bins_dir(config) / 'overlong.jsonl'}")
-    return StageResult(stage="bucket", summary=summary,
-                       counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
-                       seconds=time.perf_counter() - started)
+    result = StageResult(stage="bucket", summary=summary,
+                         counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
+                         seconds=time.perf_counter() - started)
+    return _checked(config, result, meta)
+
+
+def _checked(config: Config, result: StageResult, meta: dict) -> StageResult:
+    """``result`` with exit code 1 and one line when more than ``scan.max_drop_ratio`` of the ok samples are
+    overlong (a capacity below most samples is a mistake more often than a choice). Like the scan's own check
+    it comes after the bins and ``overlong.jsonl`` are written, and a no-op rerun fails the same way until the
+    capacity or the ratio changes (the ratio is not in the bins' fingerprint: accepting rebuilds nothing)."""
+    n_ok, n_overlong, limit = meta["n_ok"], meta["n_overlong"], config.scan.max_drop_ratio
+    if not n_ok or n_overlong / n_ok <= limit:
+        return result
+    lengths = meta.get("lengths", {})
+    seen = f" (ok samples: median {lengths['median']}, p99 {lengths['p99']}, longest {lengths['max']} tokens)" if lengths else ""
+    line = (f"too many samples longer than sample.max_token_len {meta['capacity']}: {n_overlong} of {n_ok} "
+            f"({n_overlong / n_ok:.1%}) > scan.max_drop_ratio {limit:g}{seen}; each is in "
+            f"{bins_dir(config) / 'overlong.jsonl'} (raise sample.max_token_len, or raise scan.max_drop_ratio to accept)")
+    return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
 
 
 def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int) -> None:
