@@ -253,3 +253,24 @@ def test_video_fields_a_family_never_reads_are_refused(tmp_path, make_config, fa
     reason = "never reads" if takes_video else "takes no video"
     with pytest.raises(ConfigError, match=f"^{refused}: {family} {reason}"):
         load_model_rules(config.model, config.video)
+
+
+@pytest.mark.parametrize(
+    ("family", "video", "line"),
+    [
+        ("internvl", {"max_frames": 8}, "videos (video:, else the folder's settings, else the family's recipe): "
+                                        "fps 2, min_frames 4, max_frames 8, sampler qwen_vl_utils"),
+        ("gemma3", {}, "videos: dropped as unsupported_media (gemma3 takes no video)"),
+    ],
+)
+def test_scan_says_the_video_settings_it_counts_with(tmp_path, make_config, family, video, line):
+    """The summary's second line: the settings the count uses after video: / folder / recipe, under their names
+    (InternVL's processor samples nothing itself, so its frames are this recipe's, not its own defaults)."""
+    from vlmpack_offline.stages import scan
+    from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
+
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    write_shard(tmp_path / "wds" / "shard-000000.tar", [SyntheticSample(key="k", json=chat)])
+    processor_dir = build_processor_dir(tmp_path / "proc", family, video=family != "gemma3")
+    result = scan.run(make_config(wds_dir=tmp_path / "wds", processor_dir=processor_dir, video=video))
+    assert result.summary[0].startswith(f"{family}: fast path (") and result.summary[1] == line

@@ -34,7 +34,7 @@ from ..output.layout import check_folder_layout
 from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
-from ..tokens.factory import counting_path
+from ..tokens.factory import counting_path, video_sampling
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
@@ -275,7 +275,8 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
     # a wrong processor path, model_type or video sampler, said before anything is read
-    counting = counting_path(load_model_rules(config.model, config.video))
+    rules = load_model_rules(config.model, config.video)
+    counting = [counting_path(rules), *filter(None, [video_sampling(rules)])]
     tasks = discover_shards(config.data.wds_dir)
     selected = tasks[:limit_shards] if limit_shards else tasks
     inputs_fp = scan_inputs_fingerprint(config)
@@ -288,7 +289,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
                 {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
                 0,
             )
-            return _checked(config, StageResult(stage="scan", skipped=True, summary=[counting, *lines], counts=counts))
+            return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines], counts=counts))
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
@@ -313,7 +314,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
             "shards_left": left,
         }
         lines, counts = _summary(manifest, base, seconds)
-    return _checked(config, StageResult(stage="scan", summary=[counting, *lines], counts=counts, seconds=seconds))
+    return _checked(config, StageResult(stage="scan", summary=[*counting, *lines], counts=counts, seconds=seconds))
 
 
 def _checked(config: Config, result: StageResult) -> StageResult:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from ..config import Config
+import dataclasses
+
+from ..config import Config, VideoConfig
 from ..families import family_for
 from .counter import TokenCounter, load_tokenizer
 from .rules import ModelRules, load_model_rules
 
-__all__ = ["make_counter", "counting_path"]
+__all__ = ["make_counter", "counting_path", "video_sampling"]
 
 
 def counting_path(rules: ModelRules) -> str:
@@ -21,6 +23,25 @@ def counting_path(rules: ModelRules) -> str:
     if hasattr(family, "describe"):  # a family whose count needs more words (InternVL's tiles)
         how = family.describe(rules)
     return f"{rules.model_type}: fast path ({how})"
+
+
+def video_sampling(rules: ModelRules) -> str | None:
+    """One line with the video settings the count uses, each under its ``video:`` name (``vlmpack scan``
+    prints it: a family's own recipe can differ a lot from its HF processor's defaults), or None on the
+    slow path and for text only."""
+    family = None if rules.text_only else family_for(rules.model_type)
+    if family is None:
+        return None
+    if not family.takes_video:
+        return f"videos: dropped as unsupported_media ({family.name} takes no video)"
+    video = rules.video or VideoConfig()
+    reads = getattr(family, "video_fields", None) or {f.name for f in dataclasses.fields(VideoConfig)}
+    if video.sampler == "hf_processor" and family.name == "qwen-vl":  # Qwen3VLVideoProcessor's own sampling
+        reads = reads - {"total_pixels"}
+    values = [f"{f.name} {getattr(video, f.name):g}" if isinstance(getattr(video, f.name), float)
+              else f"{f.name} {getattr(video, f.name)}"
+              for f in dataclasses.fields(VideoConfig) if f.name in reads and getattr(video, f.name) is not None]  # fmt: skip
+    return "videos (video:, else the folder's settings, else the family's recipe): " + ", ".join(values)
 
 
 def make_counter(config: Config):
