@@ -87,24 +87,49 @@ def test_pack_wds_stops_at_the_scan(tmp_path, qwen25_processor_dir):
     assert not (tmp_path / "work" / "bins").exists()  # bucket never ran
 
 
-def test_a_capacity_below_most_samples_fails_bucket_after_its_report(tmp_path, qwen25_processor_dir):
+def _ok_lengths(work: Path) -> list[int]:
+    """token_len of every ok sample, read from the scan's report."""
+    rows = [json.loads(line) for line in (work / "manifest.jsonl").read_text().splitlines()]
+    return sorted(r["token_len"] for r in rows if not r["reason"])
+
+
+def test_a_capacity_no_sample_fits_fails_bucket_after_its_report(tmp_path, qwen25_processor_dir):
     """sample.max_token_len = 10 (a typo for 10000?): every sample is overlong. Bucket writes its bins and
-    overlong.jsonl, then exits 1 naming the capacity and the lengths it cut; a no-op rerun fails the same way,
-    and scan.max_drop_ratio accepts it without rebuilding."""
+    overlong.jsonl, then exits 1 naming the capacity and the lengths it cut; a no-op rerun fails the same way."""
     _dataset(tmp_path)
     config = _config(tmp_path, qwen25_processor_dir, max_drop_ratio=0.5)
     assert CliRunner().invoke(cli, ["scan", "--config", str(config)]).exit_code == 0
+    lengths = _ok_lengths(tmp_path / "work")
+    assert len(lengths) == 6 and lengths[0] > 10
     cut = ["bucket", "--config", str(config), "--set", "sample.max_token_len=10"]
     failed = CliRunner().invoke(cli, cut)
     assert failed.exit_code == 1
     line = failed.output.strip().splitlines()[-1].strip()
-    assert line.startswith("too many samples longer than sample.max_token_len 10: 6 of 6 (100.0%) > scan.max_drop_ratio 0.5")
-    assert "(ok samples: median " in line and "overlong.jsonl" in line
+    assert line == (f"no sample fits sample.max_token_len 10: all 6 are longer (ok samples: shortest {lengths[0]}, "
+                    f"median {lengths[3]}, p99 {lengths[5]}, longest {lengths[5]} tokens); each is in "
+                    f"{tmp_path / 'work' / 'bins' / 'overlong.jsonl'}; raise sample.max_token_len")  # fmt: skip
     overlong = (tmp_path / "work" / "bins" / "overlong.jsonl").read_text().splitlines()
     assert len(overlong) == 6 and all(json.loads(r)["status"] == "overlong" for r in overlong)
     again = CliRunner().invoke(cli, cut)
     assert again.exit_code == 1 and "up to date" in again.output and line in again.output
-    accepted = CliRunner().invoke(cli, [*cut, "--set", "scan.max_drop_ratio=1.0"])
-    assert accepted.exit_code == 0 and "up to date" in accepted.output, accepted.output
     fits = CliRunner().invoke(cli, ["bucket", "--config", str(config)])
-    assert fits.exit_code == 0 and "too many" not in fits.output
+    assert fits.exit_code == 0 and "no sample fits" not in fits.output and "warning" not in fits.output
+
+
+def test_a_capacity_that_cuts_more_than_the_ratio_warns(tmp_path, qwen25_processor_dir):
+    """Answers of 1..6 words: a capacity below the longest cuts the long ones; above the ratio that is a
+    warning, not a failure (a capacity that drops a long tail can be a choice)."""
+    chats = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": " ".join(["word"] * n)}]}
+             for n in range(1, 7)]  # fmt: skip
+    write_shard(tmp_path / "wds" / "shard-000000.tar", [SyntheticSample(key=f"k{n}", json=c) for n, c in enumerate(chats)])
+    config = _config(tmp_path, qwen25_processor_dir)
+    assert CliRunner().invoke(cli, ["scan", "--config", str(config)]).exit_code == 0
+    lengths = _ok_lengths(tmp_path / "work")
+    capacity = lengths[3]  # the two longest do not fit
+    n_over = sum(length > capacity for length in lengths)
+    assert 0 < n_over < len(lengths)
+    done = CliRunner().invoke(cli, ["bucket", "--config", str(config), "--set", f"sample.max_token_len={capacity}",
+                                    "--set", "scan.max_drop_ratio=0.1"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert (f"warning: {n_over} of 6 samples ({n_over / 6:.1%}, above scan.max_drop_ratio 0.1) are longer than "
+            f"sample.max_token_len {capacity}") in done.output

@@ -159,7 +159,7 @@ class LossConfig:
 class ScanConfig:
     """How the scan checks samples and its outcome (``max_drop_ratio`` is not in its fingerprint: no rescan)."""
 
-    # the scan exits 1 after writing its report when dropped / input samples is above this, and bucket when
+    # the scan exits 1 after writing its report when dropped / input samples is above this; bucket warns when
     # overlong / counted samples is; 1.0 = never
     max_drop_ratio: float = 0.05
     # decode every image and every sampled video frame it counts and drop what fails (corrupt_media); slow.

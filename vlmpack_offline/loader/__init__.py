@@ -12,7 +12,7 @@
     cooker.py        energon cooker (crude tar parts -> CookedPack)
     task_encoder.py  PackTaskEncoder for megatron-energon
     dataset.py       PackDataset: plain PyTorch IterableDataset (webdataset, rank/worker split)
-    kimi_k25_features  Kimi-K2.5 vision features per video chunk (mm_encoder_outputs), which HF cannot split
+    kimi_k25_features.py  Kimi-K2.5 vision features per video chunk (mm_encoder_outputs), which HF cannot split
 """
 
 from .attention import block_causal_mask, segment_ids, varlen_attention, varlen_backend

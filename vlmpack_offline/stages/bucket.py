@@ -9,8 +9,7 @@
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
       overlong.jsonl           the drop report of those: {"id", "status": "overlong", "token_len", "error"}
-      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops (+ ok lengths
-                               median / p99 / max when any is overlong); written last
+      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops; written last
 
 A group is a media type (``packing.group_by: media_type``) or ``mixed`` (``none``).
 The capacity C = ``sample.max_token_len`` is applied here, not in the scan: the scan
@@ -139,10 +138,6 @@ def run(config: Config) -> StageResult:
         "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
         "groups": group_meta, "manifest_drops": samples.drops,
     }
-    if overlong.size:  # what the capacity cut, for the line that says so (see _checked)
-        lengths = np.sort(samples.token_len)
-        meta["lengths"] = {"median": int(lengths[len(lengths) // 2]), "p99": int(lengths[int(0.99 * (len(lengths) - 1))]),
-                           "max": int(lengths[-1])}  # fmt: skip
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     lb = sum(g["lower_bound"] for g in group_meta)
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
@@ -157,19 +152,23 @@ def run(config: Config) -> StageResult:
 
 
 def _checked(config: Config, result: StageResult, meta: dict) -> StageResult:
-    """``result`` with exit code 1 and one line when more than ``scan.max_drop_ratio`` of the ok samples are
-    overlong (a capacity below most samples is a mistake more often than a choice). Like the scan's own check
-    it comes after the bins and ``overlong.jsonl`` are written, and a no-op rerun fails the same way until the
-    capacity or the ratio changes (the ratio is not in the bins' fingerprint: accepting rebuilds nothing)."""
+    """``result`` with a line on what the capacity cut when that looks like a mistake: exit 1 when no ok sample
+    fits (there is nothing to pack), a warning when more than ``scan.max_drop_ratio`` of them are overlong.
+    Said after the bins and ``overlong.jsonl`` are written, and again by a no-op rerun."""
     n_ok, n_overlong, limit = meta["n_ok"], meta["n_overlong"], config.scan.max_drop_ratio
     if not n_ok or n_overlong / n_ok <= limit:
         return result
-    lengths = meta.get("lengths", {})
-    seen = f" (ok samples: median {lengths['median']}, p99 {lengths['p99']}, longest {lengths['max']} tokens)" if lengths else ""
-    line = (f"too many samples longer than sample.max_token_len {meta['capacity']}: {n_overlong} of {n_ok} "
-            f"({n_overlong / n_ok:.1%}) > scan.max_drop_ratio {limit:g}{seen}; each is in "
-            f"{bins_dir(config) / 'overlong.jsonl'} (raise sample.max_token_len, or raise scan.max_drop_ratio to accept)")
-    return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
+    lengths = np.load(bins_dir(config) / "lengths.npy", allow_pickle=False)
+    median, p99 = (int(v) for v in np.percentile(lengths, [50, 99], method="higher"))
+    seen = (f"(ok samples: shortest {int(lengths.min())}, median {median}, p99 {p99}, longest {int(lengths.max())} "
+            f"tokens); each is in {bins_dir(config) / 'overlong.jsonl'}")
+    if n_overlong == n_ok:
+        line = (f"no sample fits sample.max_token_len {meta['capacity']}: all {n_ok} are longer {seen}; "
+                "raise sample.max_token_len")
+        return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
+    line = (f"warning: {n_overlong} of {n_ok} samples ({n_overlong / n_ok:.1%}, above scan.max_drop_ratio {limit:g}) "
+            f"are longer than sample.max_token_len {meta['capacity']} {seen}; is the capacity right?")
+    return dataclasses.replace(result, summary=[*result.summary, line])
 
 
 def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int) -> None:
