@@ -206,3 +206,23 @@ def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(
         labels = _encode_alone(encoder, conversation, {}).labels[0].tolist()
         decoded = [encoder.counter.tokenizer.decode(run) for run in _runs(labels)]
         assert decoded == [answer + end_of_turn for _, answer in sample], n
+
+
+def test_a_marker_template_whose_prefixes_do_not_render_keeps_its_marker_spans(dataset, tmp_path):
+    """A template that refuses a conversation of one message renders every sample, but not the generation prompt
+    of its first turn (the user message alone): its turns cannot be rendered one by one, so the labels are its
+    {% generation %} spans (content + <|im_end|> in this template), equal to the ids-only oracle."""
+    processor_dir = build_processor_dir(tmp_path / "proc", "qwen2_5_vl", template="generation")
+    guard = "{% if messages | length < 2 %}{{ raise_exception('a conversation has a question and an answer') }}{% endif %}"
+    (processor_dir / "chat_template.jinja").write_text(guard + (processor_dir / "chat_template.jinja").read_text())
+    encoder = PackEncoder(_config(processor_dir, tmp_path))
+    tokenizer = encoder.counter.tokenizer
+    assert tokenizer.chat_template.startswith(guard)
+    checked = 0
+    for key, conversation, parts in dataset[:10]:
+        if conversation.media_type == "video":
+            continue
+        batch = _encode_alone(encoder, conversation, parts)
+        assert batch.labels[0].tolist() == oracle_labels(batch.input_ids[0].tolist(), tokenizer), key
+        checked += 1
+    assert checked >= 5

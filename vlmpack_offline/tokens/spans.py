@@ -22,7 +22,7 @@ raises ``SpanError``: labels are never guessed.
 Templates with ``{% generation %}`` markers are read the same way: the markers of templates as
 published do not always hold the end-of-turn token (LLaVA-OneVision's wrap the text alone, so a
 model trained on them never learns ``<|im_end|>``, and never learns to stop). HF's marker spans
-are the fallback for a marker template whose turns cannot be located by rendering.
+are the fallback for a marker template whose turns cannot be located or rendered one by one.
 
 The scan checks many samples at once (``ChatRenderer.spans_many``): their full texts are
 already rendered, ``upto_i`` of the last turn is that full text, and every other prefix
@@ -175,21 +175,22 @@ class ChatRenderer:
             _or_exception(lambda c=c, m=messages: assistant_spans(m, lookup(c), fulls[c]))
             for c, messages in enumerate(conversations)
         ]
-        return [
+        return [  # a marker template whose turns cannot be rendered one by one keeps HF's marker spans
             _or_exception(lambda m=messages: self._marker_spans(m)[1])
-            if isinstance(spans, SpanError) and self.has_generation else spans
+            if isinstance(spans, Exception) and self.has_generation else spans
             for messages, spans in zip(conversations, found, strict=True)
         ]  # fmt: skip
 
     def render_with_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and its assistant spans (the ``{% generation %}`` spans only where rendering
         turn by turn cannot locate them)."""
-        full = self.render(messages)
-        try:
+        if not self.has_generation:
+            full = self.render(messages)
             return full, assistant_spans(messages, self.render, full)
-        except SpanError:
-            if not self.has_generation:
-                raise
+        try:  # a prefix may fail to render (a template's own role checks) where the whole conversation renders
+            full = self.render(messages)
+            return full, assistant_spans(messages, self.render, full)
+        except Exception:  # noqa: BLE001 - Jinja's errors and SpanError alike: HF's marker spans instead
             return self._marker_spans(messages)
 
     def _marker_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
