@@ -25,6 +25,7 @@ __all__ = [
     "PACK_FORMAT",
     "JSON_PART",
     "IDS_PART",
+    "LABELS_RULE",
     "PackedSubSample",
     "PackedSample",
     "pack_key",
@@ -34,6 +35,9 @@ __all__ = [
 PACK_FORMAT = "vlmpack.pack/1"
 JSON_PART = "json"
 IDS_PART = "ids.npy"
+# the rule ids.npy's learned-token mask follows; raised when it changes, so `vlmpack write` rewrites stored masks
+# (2: turns located by rendering for marker templates too; a turn's last multi-byte character labelled whole)
+LABELS_RULE = 2
 
 
 def pack_key(pack_id: int) -> str:

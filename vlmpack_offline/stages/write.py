@@ -69,7 +69,7 @@ from ..output.pack_builder import Materializer, SourceFiles, build_pack
 from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, save_chunk
 from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
-from ..packed_format import IDS_PART, JSON_PART, PACK_FORMAT, pack_key
+from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
 from ..scan_inputs import scan_inputs_fingerprint
@@ -97,8 +97,8 @@ def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | No
         capacity=config.sample.max_token_len,
         template_text_key=config.data.template_text_key,
     )
-    if config.write.store_token_ids:
-        payload.update(section_fingerprint_payload(config, "model", "video"))
+    if config.write.store_token_ids:  # ids.npy holds the learned-token mask: a new labels rule rewrites it
+        payload.update(section_fingerprint_payload(config, "model", "video"), labels_rule=LABELS_RULE)
     return fingerprint(payload)
 
 
