@@ -111,8 +111,9 @@ def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
 
 
 def _encoder_outputs(model, vision) -> dict:
-    """The model's own image features, and its video features per chunk (vision tower + projector, as
-    ``get_image_features`` runs them) split by what the temporal pooling leaves: ``h * w / merge**2``."""
+    """The model's own image features, and its video features one chunk per tower call (vision tower +
+    projector, as ``get_image_features`` runs them): each call's pooled rows are that chunk's ``h * w / merge**2``.
+    The loader's ``kimi_k25_encoder_outputs`` calls the tower once per run of equal chunks and splits the result."""
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
     out = {}

@@ -6,8 +6,9 @@ chunk's ``t`` frames into one). transformers 5.23's ``Kimi_K25Model.get_video_fe
 pooled features by ``t * h * w / merge**2`` per row instead, so any chunk of more than one frame raises in
 ``torch.split``, and one tower call over chunks of 4 and fewer frames raises in its temporal merge index.
 ``kimi_k25_model_kwargs`` hands the model its own features instead (``mm_encoder_outputs``): the vision
-tower and projector run once for the images (as ``get_image_features`` does) and once per video chunk
-(the tower's attention never crosses a chunk anyway), split by what the pooling leaves::
+tower and projector run once for the images (as ``get_image_features`` does) and once per run of video
+chunks with the same frame count (the tower's attention never crosses a chunk), split by what the
+pooling leaves::
 
     video_grid_thw [[4, 8, 12], [4, 8, 12], [2, 8, 12]]  ->  3 chunks of 8 * 12 / 4 = 24 features
                                                            ->  72 rows for the 72 <|media_pad|> video tokens
@@ -16,8 +17,8 @@ tower and projector run once for the images (as ``get_image_features`` does) and
     loss = model(**kwargs).loss
 
 ``tests/test_kimi_k25_packed_forward.py`` checks a packed forward through it against each sub-sample run
-alone, and a one-frame chunk (which HF's split handles) against HF's own ``get_video_features``. Once
-transformers splits by the pooled size, ``batch.model_kwargs`` alone is enough.
+alone with the tower called chunk by chunk, and a one-frame chunk (which HF's split handles) against HF's
+own ``get_video_features``. Once transformers splits by the pooled size, ``batch.model_kwargs`` is enough.
 """
 
 from __future__ import annotations
@@ -39,16 +40,26 @@ def kimi_k25_encoder_outputs(model, vision) -> dict:
     if vision.get("pixel_values") is not None:
         out["image"] = inner.get_image_features(vision["pixel_values"], vision["image_grid_thw"], return_dict=True)
     if vision.get("pixel_values_videos") is not None:
-        pixels, chunks, start = vision["pixel_values_videos"], [], 0
-        for row in vision["video_grid_thw"]:
-            end = start + int(row.prod())
-            pooled = inner.vision_tower(pixels[start:end], grid_thw=row[None]).pooler_output
-            chunks.append(inner.mm_projector(pooled).squeeze(1))
+        pixels, grids = vision["pixel_values_videos"], vision["video_grid_thw"]
+        merge = inner.vision_tower.merge_kernel_size[0] * inner.vision_tower.merge_kernel_size[1]
+        chunks, start = [], 0
+        for run in _equal_frame_runs(grids):  # one tower call per run of chunks with the same frame count
+            end = start + int(run.prod(-1).sum())
+            pooled = inner.mm_projector(inner.vision_tower(pixels[start:end], grid_thw=run).pooler_output).squeeze(1)
+            chunks.extend(pooled.split((run[:, 1] * run[:, 2] // merge).tolist()))  # t frames pool into one
             start = end
         if start != len(pixels):
             raise ValueError(f"video_grid_thw covers {start} patch rows, pixel_values_videos holds {len(pixels)}")
         out["video"] = BaseModelOutputWithPooling(pooler_output=tuple(chunks))
     return out
+
+
+def _equal_frame_runs(grids):
+    """``video_grid_thw`` cut into runs of consecutive rows with the same ``t``: the tower's temporal merge
+    index stacks a call's chunks, so chunks of 4 and of fewer frames cannot share a call (an hour-long video is
+    1800 chunks of 4 and one shorter: two calls, not 1801)."""
+    cuts = [0, *(i for i in range(1, len(grids)) if grids[i, 0] != grids[i - 1, 0]), len(grids)]
+    return [grids[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def kimi_k25_model_kwargs(
