@@ -234,13 +234,16 @@ def test_qwen_vl_utils_recipe_counts_equal_fetch_video_and_the_processor(tmp_pat
         ("glm4v", {"fps": 1.0, "max_pixels": 2 * 28 * 28 * 300}, None),
         ("internvl", {"fps": 1.0, "min_frames": 2, "max_frames": 8}, None),
         ("llava_onevision", {"max_frames": 8, "min_frames": 8}, None),
+        ("qwen3_vl", {"total_pixels": 10**8}, "video.total_pixels"),  # the folder's hf_processor sampling
+        ("qwen3_vl", {"total_pixels": 10**8, "sampler": "qwen_vl_utils"}, None),
+        ("qwen2_5_vl", {"total_pixels": 10**8}, None),
     ],
 )
 def test_video_fields_a_family_never_reads_are_refused(tmp_path, make_config, family, video, refused):
     """Kimi-K2.5 samples by fps alone, GLM-4.6V picks its rate from the duration, InternVL and LLaVA-OneVision
     resize every frame to their tile (their frame choice is ours, their pixel bounds are not), Gemma3 and Mistral3
-    take no video: a ``video:`` value the family would ignore is a config error naming it (it would silently not
-    apply), the ones it reads are taken."""
+    take no video, Qwen3-VL's own video processor sampling has no total pixel budget: a ``video:`` value the family
+    would ignore is a config error naming it (it would silently not apply), the ones it reads are taken."""
     from vlmpack_offline.errors import ConfigError
 
     takes_video = family not in ("gemma3", "mistral3")
@@ -251,7 +254,8 @@ def test_video_fields_a_family_never_reads_are_refused(tmp_path, make_config, fa
         assert all(getattr(rules.video, name) == value for name, value in video.items())
         return
     reason = "never reads" if takes_video else "takes no video"
-    with pytest.raises(ConfigError, match=f"^{refused}: {family} {reason}"):
+    name = "qwen-vl" if family.startswith("qwen") else family
+    with pytest.raises(ConfigError, match=f"^{refused}: {name} {reason}"):
         load_model_rules(config.model, config.video)
 
 

@@ -118,7 +118,7 @@ class VideoConfig:
     max_pixels: int | None = None  # per-frame upper pixel bound after resize (recipe: 768 * factor**2)
     total_pixels: int | None = None  # budget over all sampled frames (recipe: 128000 * factor**2 * 0.9)
     # qwen_vl_utils: the recipe above; hf_processor: Qwen3VLVideoProcessor's own sampling, where min/max_pixels
-    # bound frames * height * width (its size.shortest_edge / longest_edge) and total_pixels is unused.
+    # bound frames * height * width (its size.shortest_edge / longest_edge) and total_pixels is refused (unused).
     # null: hf_processor for a Qwen3-VL folder with video processor settings, else qwen_vl_utils
     sampler: Literal["qwen_vl_utils", "hf_processor"] | None = None
 

@@ -7,7 +7,7 @@ import dataclasses
 from ..config import Config, VideoConfig
 from ..families import family_for
 from .counter import TokenCounter, load_tokenizer
-from .rules import ModelRules, load_model_rules
+from .rules import ModelRules, load_model_rules, video_fields_read
 
 __all__ = ["make_counter", "counting_path", "video_sampling"]
 
@@ -35,9 +35,7 @@ def video_sampling(rules: ModelRules) -> str | None:
     if not family.takes_video:
         return f"videos: dropped as unsupported_media ({family.name} takes no video)"
     video = rules.video or VideoConfig()
-    reads = getattr(family, "video_fields", None) or {f.name for f in dataclasses.fields(VideoConfig)}
-    if video.sampler == "hf_processor" and family.name == "qwen-vl":  # Qwen3VLVideoProcessor's own sampling
-        reads = reads - {"total_pixels"}
+    reads = video_fields_read(family, video.sampler)
     values = [f"{f.name} {getattr(video, f.name):g}" if isinstance(getattr(video, f.name), float)
               else f"{f.name} {getattr(video, f.name)}"
               for f in dataclasses.fields(VideoConfig) if f.name in reads and getattr(video, f.name) is not None]  # fmt: skip

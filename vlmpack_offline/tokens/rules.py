@@ -59,6 +59,7 @@ from ..model_type import resolved_model_type
 
 __all__ = [
     "FAST_FAMILIES", "QWEN3_FAMILIES", "ModelRules", "load_model_rules", "known_model_types", "recipe_video",
+    "video_fields_read",
     "resolve_video", "processor_settings",
 ]  # fmt: skip
 
@@ -256,10 +257,22 @@ def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
     )
 
 
-def _check_video_fields(video: VideoConfig, family) -> None:
-    """Refuse ``video:`` fields the family never reads (all of them where it takes no video): they would
-    silently not apply."""
-    reads = family.video_fields if family.takes_video else frozenset()
+def video_fields_read(family, sampler: str | None) -> frozenset[str]:
+    """The ``video:`` fields a family's count reads with this sampler: none when it takes no video, the
+    ``video_fields`` it states, else every field but ``total_pixels`` under ``hf_processor`` (Qwen3-VL's
+    video processor bounds frames * height * width by min / max_pixels and has no total budget)."""
+    if not family.takes_video:
+        return frozenset()
+    stated = getattr(family, "video_fields", None)
+    if stated is not None:
+        return stated
+    every = frozenset(f.name for f in dataclasses.fields(VideoConfig))
+    return every - {"total_pixels"} if sampler == "hf_processor" else every
+
+
+def _check_video_fields(video: VideoConfig, family, sampler: str | None) -> None:
+    """Refuse ``video:`` fields the family never reads: they would silently not apply."""
+    reads = video_fields_read(family, sampler)
     ignored = [f.name for f in dataclasses.fields(VideoConfig) if getattr(video, f.name) is not None and f.name not in reads]
     if not ignored:
         return
@@ -268,7 +281,8 @@ def _check_video_fields(video: VideoConfig, family) -> None:
         raise ConfigError(f"{names}: {family.name} takes no video (a video sample is dropped as unsupported_media); "
                           f"remove {them}")  # fmt: skip
     read = ", ".join(f"video.{name}" for name in sorted(reads - {"sampler"}))
-    raise ConfigError(f"{names}: {family.name} never reads {them}, its videos depend on {read} alone; remove {them}")
+    raise ConfigError(f"{names}: {family.name} never reads {them} (sampler {sampler}), its videos depend on {read} "
+                      f"alone; remove {them}")  # fmt: skip
 
 
 def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> ModelRules:
@@ -294,8 +308,6 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         _check_model_type(model.model_type, path, folder_type)
     model_type = resolved_model_type(model)
     family = family_for(str(model_type))
-    if video is not None and family is not None and (hasattr(family, "video_fields") or not family.takes_video):
-        _check_video_fields(video, family)
     pre, video_pre, _source = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
     merged = {**pre, **model.processor_kwargs}
@@ -316,4 +328,6 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
             f"video.sampler = {resolved.sampler!r}: {family.name} videos are sampled as its own video processor "
             f"samples them ({own.sampler}); remove video.sampler"
         )
+    if video is not None and family is not None and not text_only:
+        _check_video_fields(video, family, resolved.sampler)
     return dataclasses.replace(rules, video=resolved)
