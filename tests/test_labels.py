@@ -189,12 +189,15 @@ def test_llava_onevision_labels_hold_each_turns_im_end_though_its_markers_leave_
 ENDINGS = ["Goodbye 👋", "ça va ✨", "结束了。", "family 👨‍👩‍👧", "done ✔️"]
 
 
-@pytest.mark.parametrize(("family", "end_of_turn"), [("qwen2_5_vl", "<|im_end|>"), ("llava_onevision", "<|im_end|>"),
-                                                     ("glm4v", "")])  # fmt: skip
-def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(family, end_of_turn, tmp_path):
+@pytest.mark.parametrize(("family", "end_of_turn", "next_turn"), [("qwen2_5_vl", "<|im_end|>", ""),
+                                                                  ("llava_onevision", "<|im_end|>", ""),
+                                                                  ("glm4v", "", "<|user|>")])  # fmt: skip
+def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(family, end_of_turn, next_turn,
+                                                                                tmp_path):
     """Byte-level BPE spreads 👋 over two tokens, both mapped to the one character: labels hold both, so every
-    assistant turn's labels decode to its answer (+ the end-of-turn token). GLM's turns have no end token, so
-    the last character ends the span there."""
+    assistant turn's labels decode to its answer + its end-of-turn token. GLM's template writes none: the model
+    stops by emitting the next turn's <|user|> (one of its eos ids), which is labelled where it follows an answer;
+    a last turn has none."""
     processor_dir = build_processor_dir(tmp_path / "proc", family)
     encoder = PackEncoder(_config(processor_dir, tmp_path, video={}))
     turns = [("Say bye.", ENDINGS[0]), ("And in French?", ENDINGS[1]), ("In Chinese?", ENDINGS[2])]
@@ -205,7 +208,8 @@ def test_answers_ending_in_multi_byte_characters_decode_whole_from_their_labels(
         conversation = parse_conversation(json.dumps({"messages": messages}), key=f"k{n}", parts=[])
         labels = _encode_alone(encoder, conversation, {}).labels[0].tolist()
         decoded = [encoder.counter.tokenizer.decode(run) for run in _runs(labels)]
-        assert decoded == [answer + end_of_turn for _, answer in sample], n
+        ends = [end_of_turn + next_turn] * (len(sample) - 1) + [end_of_turn]
+        assert decoded == [answer + end for (_, answer), end in zip(sample, ends, strict=True)], n
 
 
 def test_a_marker_template_whose_prefixes_do_not_render_keeps_its_marker_spans(dataset, tmp_path):

@@ -9,7 +9,7 @@ turns every pack into a ``PackBatch``. The oracle is transformers' ``Glm4vProces
 so exactly equal), and the mRoPE positions of each segment must equal what a tiny random
 ``Glm4vModel`` built from the folder's config computes with its own ``get_rope_index`` from the
 oracle's ``input_ids``, ``mm_token_type_ids`` and ``image_grid_thw``. Every segment has its planned
-length, and the labelled tokens decode to the assistant answers. Video packs (GLM videos are counted)
+length, and the labelled tokens decode to the assistant answers (an earlier turn's with the ``<|user|>`` that ends it). Video packs (GLM videos are counted)
 need the video processor, hence torchvision: without it encoding one raises a clear error; with it they
 are checked in ``tests/test_glm4v_video_packed_forward.py``.
 """
@@ -87,7 +87,7 @@ def test_every_glm4v_pack_equals_the_real_processor_on_each_sub_sample(packed):
             learned = oracle.tokenizer.decode(batch.input_ids[0, start:end][labels != -100])
             answers = [m["content"] if isinstance(m["content"], str) else "".join(i["text"] for i in m["content"])
                        for m in sub.messages if m["role"] == "assistant"]  # fmt: skip
-            assert learned == "".join(answers)
+            assert learned == "<|user|>".join(answers)  # GLM ends a turn by emitting the next <|user|>
         if pixels:
             n_packs_with_images += 1
             assert set(batch.vision) == {"pixel_values", "image_grid_thw"}

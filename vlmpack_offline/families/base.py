@@ -123,5 +123,8 @@ class Family(Protocol):
     # - ``video_fields: frozenset[str]``: the ``video:`` fields its video count reads (Kimi-K2.5: ``fps``;
     #   InternVL, LLaVA-OneVision: the frame choice, not the pixel bounds); ``vlmpack scan`` refuses a config
     #   that sets any other, which would silently not apply (any at all for a family without video).
+    # - ``turn_end_tokens: tuple[str, ...]``: the tokens the model emits to end its turn where its template writes
+    #   none after an answer (GLM: the next turn's ``<|user|>``); one that directly follows an assistant turn
+    #   (past whitespace) is labelled with it, so the model learns to stop. A last turn has none to label.
     # - ``images_per_sample: bool``: the loader runs a sub-sample's images through one processor call
     #   (LLaVA-OneVision's ``batch_num_images``) instead of one call per image.

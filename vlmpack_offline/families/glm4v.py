@@ -169,6 +169,9 @@ class Glm4vFamily:
 
     takes_video = True
     positions = "mrope"
+    # GLM's templates write nothing after an answer; the model ends its turn by emitting the next role token
+    # (its generation config's eos_token_id: <|endoftext|>, <|user|>, <|observation|>)
+    turn_end_tokens = ("<|user|>", "<|observation|>")
 
     def __init__(self, name: str, model_types: frozenset[str], *, glm46v: bool) -> None:
         self.name = name

@@ -86,6 +86,19 @@ def _require_assistant_turn(conversation: Conversation) -> None:
         )
 
 
+def _with_turn_ends(rendered: str, spans: list[tuple[int, int]], tokens: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Each span extended over the turn-end token that directly follows it, past whitespace (``Family.turn_end_tokens``:
+    GLM ends a turn by emitting the next ``<|user|>``, which its template writes as the next turn's start)."""
+    if not tokens:
+        return spans
+    out = []
+    for start, end in spans:
+        after = end + len(rendered[end:]) - len(rendered[end:].lstrip())
+        token = next((t for t in tokens if rendered.startswith(t, after)), None)
+        out.append((start, after + len(token)) if token else (start, end))
+    return out
+
+
 def _last_token(encoding, end: int, n_tokens: int) -> int:
     """The last token holding any character before ``end``. Byte-level BPE spreads one character over
     several tokens (an emoji: 👋 -> 2 tokens, each mapped to the whole character), and ``char_to_token``
@@ -280,6 +293,7 @@ class TokenCounter:
         """
         learn_all = self.train_on == "all"
         rendered, spans = self.render(conversation, spans=not learn_all)
+        spans = _with_turn_ends(rendered, spans, getattr(self.expander.family, "turn_end_tokens", ()))
         matches = list(self._pad_re.finditer(rendered))
         pad_kind = {self.expander.special.image_pad: "image", self.expander.special.video_pad: "video"}
         self._check_pads(conversation, [pad_kind[m.group()] for m in matches])
