@@ -36,7 +36,7 @@ PACK_FORMAT = "vlmpack.pack/1"
 JSON_PART = "json"
 IDS_PART = "ids.npy"
 # the rule ids.npy's learned-token mask follows; raised when it changes, so `vlmpack write` rewrites stored masks
-# (2: turns located by rendering for marker templates too; a turn's last multi-byte character labelled whole)
+# (2: turns located by rendering for marker templates too; a last multi-byte character labelled whole; GLM <|user|>)
 LABELS_RULE = 2
 
 
