@@ -27,9 +27,6 @@ from .batch import PackBatch
 
 __all__ = ["kimi_k25_encoder_outputs", "kimi_k25_model_kwargs"]
 
-_VISION = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
-
-
 def kimi_k25_encoder_outputs(model, vision) -> dict:
     """``mm_encoder_outputs`` for ``Kimi_K25ForConditionalGeneration`` (or its ``Kimi_K25Model``) from
     the loader's vision fields: images as ``get_image_features`` computes them, videos chunk by chunk."""
@@ -68,7 +65,7 @@ def kimi_k25_model_kwargs(
     """``batch.model_kwargs(...)`` with the vision tensors replaced by ``mm_encoder_outputs`` (HF takes one
     or the other, never both). Gradients flow through the vision tower as in the model's own forward."""
     kwargs = batch.model_kwargs(attn_implementation, with_labels=with_labels)
-    vision = {name: kwargs.pop(name) for name in _VISION if name in kwargs}
+    vision = {name: kwargs.pop(name) for name in batch.vision}  # the fields model_kwargs took from it
     if vision:
         kwargs["mm_encoder_outputs"] = kimi_k25_encoder_outputs(model, vision)
     return kwargs

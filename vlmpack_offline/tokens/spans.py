@@ -184,13 +184,12 @@ class ChatRenderer:
     def render_with_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and its assistant spans (the ``{% generation %}`` spans only where rendering
         turn by turn cannot locate them)."""
-        if not self.has_generation:
-            full = self.render(messages)
-            return full, assistant_spans(messages, self.render, full)
         try:  # a prefix may fail to render (a template's own role checks) where the whole conversation renders
             full = self.render(messages)
             return full, assistant_spans(messages, self.render, full)
-        except Exception:  # noqa: BLE001 - Jinja's errors and SpanError alike: HF's marker spans instead
+        except Exception:  # noqa: BLE001 - Jinja's errors and SpanError alike: a marker template's spans instead
+            if not self.has_generation:
+                raise
             return self._marker_spans(messages)
 
     def _marker_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
