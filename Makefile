@@ -1,35 +1,51 @@
 # Two commands do everything on a fresh machine:
-#   make demo   install into .venv, generate the demo data, run scan -> bucket -> plan -> write -> verify
-#   make test   install into .venv and .venv-ref, run the test suite in both
+#   make demo   install .venv from the lock, generate the demo data, run scan -> bucket -> plan -> write -> verify
+#   make test   install .venv and .venv-ref from the lock, run the suite in both, build the docs, print the versions
+#
+# Every environment installs exactly requirements/*.txt (pip-tools locks with hashes); see docs/install.md.
+#   make lock          refresh the locks to the newest releases the registry serves (then run make test)
+#   make test-latest   the suite against the newest releases, unlocked: an early warning, not what CI gates on
+#   make test-oldest   the core suite at pyproject.toml's lower bounds (requirements/oldest.txt)
+#   make docs          the documentation site, offline, warnings as errors (site/)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# The reference environment: the families' real HF processors need torchvision, which pulls the CUDA
+CORE_LOCK ?= requirements/core.txt
+# The reference environment: the families' real HF processors need torchvision, which pairs with the CUDA
 # build of torch (about 5 GiB; it runs on CPU). Core vlmpack never needs it, so it lives apart from .venv.
 REF_VENV  ?= .venv-ref
 REF_PY    := $(REF_VENV)/bin/python
 REF_STAMP := $(REF_VENV)/.installed
-TORCHVISION ?= torchvision==0.29.1
+REF_LOCK  ?= requirements/ref.txt
+LOCK_VENV := .venv-lock
+LATEST_VENV := .venv-latest
+OLDEST_VENV := .venv-oldest
+# pip-compile's flags: hashes for every file, no registry address written (the machine's pip configuration
+# names the registry), setuptools / pip kept in the lock (the editable install builds without isolation).
+COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --strip-extras --upgrade
 
-.PHONY: install install-ref demo test test-core test-ref lint bench clean
+.PHONY: install install-ref demo test test-core test-ref test-latest test-oldest versions docs config-doc lock lint bench clean
 
 install: $(STAMP)
 
 install-ref: $(REF_STAMP)
 
-# CPU torch first: without it pip would pull the CUDA build (several GB) for transformers/energon.
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+# A fresh venv, the lock with --require-hashes (every dependency pinned and hashed, so nothing unlocked can
+# slip in), then vlmpack itself without dependencies or build isolation (its build backend is in the lock).
+define install_locked
+	python3 -m venv --clear $(1)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r $(2)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(1)/bin/python scripts/lock_check.py --quiet $(2)
+endef
+
+$(STAMP): pyproject.toml $(CORE_LOCK)
+	$(call install_locked,$(VENV),$(CORE_LOCK))
 	touch $(STAMP)
 
-$(REF_STAMP): pyproject.toml
-	python3 -m venv $(REF_VENV)
-	$(REF_PY) -m pip install -q --upgrade pip
-	$(REF_PY) -m pip install -q $(TORCHVISION)
-	$(REF_PY) -m pip install -q -e '.[test,ref]'
+$(REF_STAMP): pyproject.toml $(REF_LOCK)
+	$(call install_locked,$(REF_VENV),$(REF_LOCK))
 	touch $(REF_STAMP)
 
 demo: install
@@ -37,8 +53,8 @@ demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/pack_wds.sh configs/demo.yaml
 
 # The core suite without torchvision (2 processes), then the checks against the families' real processors
-# that need it (tests marked torchvision; they skip in .venv).
-test: test-core test-ref
+# that need it (tests marked torchvision; they skip in .venv), the docs, and the versions both ran with.
+test: test-core test-ref docs versions
 
 test-core: install
 	$(PY) -m pytest -n 2
@@ -46,8 +62,40 @@ test-core: install
 test-ref: install-ref
 	$(REF_PY) -m pytest -n 2 -m torchvision
 
+versions: install install-ref
+	$(PY) scripts/lock_check.py $(CORE_LOCK)
+	$(REF_PY) scripts/lock_check.py $(REF_LOCK)
+
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+
+# docs/config.md from the comments beside each field of vlmpack_offline/config.py (a test fails when stale).
+config-doc: install
+	$(PY) -m vlmpack_offline.config_reference > docs/config.md
+
+# Refresh every lock to the newest releases (pip's configured registry and find-links decide what exists).
+lock:
+	python3 -m venv --clear $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/tools.txt
+	$(COMPILE) -o requirements/tools.txt requirements/tools.in
+	$(COMPILE) --extra test --extra docs -o $(CORE_LOCK) pyproject.toml requirements/core.in
+	$(COMPILE) --extra test --extra ref -o $(REF_LOCK) pyproject.toml requirements/ref.in
+	$(COMPILE) --extra test -o requirements/oldest.txt pyproject.toml requirements/oldest.in
+
+# Unlocked: torchvision's newest (with the torch it pairs with), then vlmpack's newest allowed dependencies.
+test-latest:
+	python3 -m venv --clear $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade torchvision
+	$(LATEST_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade -e '.[test,docs,ref]'
+	$(LATEST_VENV)/bin/python -m pytest -n 2
+	$(LATEST_VENV)/bin/python scripts/lock_check.py --report-only $(REF_LOCK)
+
+test-oldest:
+	$(call install_locked,$(OLDEST_VENV),requirements/oldest.txt)
+	$(OLDEST_VENV)/bin/python -m pytest -n 2
+
 lint: install
-	$(VENV)/bin/ruff check vlmpack_offline tests benchmarks examples
+	$(VENV)/bin/ruff check vlmpack_offline tests benchmarks examples scripts
 
 clean:
-	rm -rf demo_out
+	rm -rf demo_out site

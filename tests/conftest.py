@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config, items):
     they run (``make test`` runs them in the reference environment .venv-ref, which has it)."""
     if importlib.util.find_spec("torchvision") is not None:
         return
-    skip = pytest.mark.skip(reason="needs torchvision: make test runs it in .venv-ref (README: Tests)")
+    skip = pytest.mark.skip(reason="needs torchvision: make test runs it in .venv-ref (docs/install.md)")
     for item in items:
         if "torchvision" in item.keywords:
             item.add_marker(skip)

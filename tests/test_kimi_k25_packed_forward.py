@@ -8,17 +8,10 @@ sub-sample alone with its ``input_ids``, its images' ``pixel_values`` / ``image_
 causal mask. The MoE routes each token on its own (no capacity limit), so packing cannot move it.
 The image processor needs torchvision (``.venv-ref``).
 
-Videos: HF's ``Kimi_K25Model`` (transformers 5.23) cannot take the processor's video tensors itself.
-``get_image_features`` (which ``get_video_features`` calls) splits the pooled features by
-``t * h * w / merge**2`` per ``video_grid_thw`` row, but the vision tower pools each chunk's ``t`` frames into
-``h * w / merge**2`` rows, so ``torch.split`` raises for any chunk of more than one frame; and its temporal
-merge index cannot stack chunks of 4 and fewer frames (``torch.cat`` raises). The first test below keeps that
-evidence (it fails the day transformers fixes it: then feed ``pixel_values_videos`` directly). The packed
-video test trains as a user would, through ``loader.kimi_k25_model_kwargs`` (the model's own vision tower and
-projector per chunk, through ``mm_encoder_outputs``): a pack of a video (chunks of 4, 4 and 2 frames), an
-image and a text sub-sample gives the logits and loss of each sub-sample run alone, whose features this test
-computes itself per chunk; and for a one-frame chunk, which HF's split handles, those features equal HF's own
-``get_video_features``.
+Videos: the pack's ``pixel_values_videos`` / ``video_grid_thw`` go to HF's own forward as they are (Kimi's
+processor cuts a video into chunks of up to 4 frames, one grid row each; the tower pools a chunk's frames into
+``h * w / merge**2`` features). The reference runs each sub-sample alone through another path: its video
+chunks' features computed one tower call per chunk and handed in as ``mm_encoder_outputs``.
 """
 
 from __future__ import annotations
@@ -28,12 +21,7 @@ import torch
 from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of, text_item
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.loader import (
-    EncoderOptions,
-    PackEncoder,
-    kimi_k25_encoder_outputs,
-    kimi_k25_model_kwargs,
-)
+from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 
@@ -113,7 +101,7 @@ def test_a_packed_forward_equals_each_sub_sample_alone(setup, pack):
 def _encoder_outputs(model, vision) -> dict:
     """The model's own image features, and its video features one chunk per tower call (vision tower +
     projector, as ``get_image_features`` runs them): each call's pooled rows are that chunk's ``h * w / merge**2``.
-    The loader's ``kimi_k25_encoder_outputs`` calls the tower once per run of equal chunks and splits the result."""
+    HF's ``get_video_features`` runs all chunks in one call; this is the independent path."""
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
     out = {}
@@ -157,28 +145,15 @@ def _video_alone(model, batch, video_token_id: int) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
-def test_hf_kimi_forward_cannot_take_the_processors_video_tensors(setup):
-    """transformers 5.23: any chunk of several frames breaks get_image_features' split; mixed chunks break the
-    temporal merge index. Evidence for docs/families.md; fails once transformers fixes it."""
-    model, encoder = setup
-    batch = encoder.encode(VIDEO_PACK, MEDIA)
-    grids = batch.vision["video_grid_thw"]
-    assert grids[:, 0].tolist() == [4, 4, 2]
-    one_chunk = batch.vision["pixel_values_videos"][: int(grids[0].prod())]
-    with torch.no_grad(), pytest.raises(RuntimeError, match="split_with_sizes"):
-        model.model.get_video_features(one_chunk, grids[:1])
-    with torch.no_grad(), pytest.raises(RuntimeError, match="Sizes of tensors must match"):
-        model(**batch.model_kwargs("sdpa", with_labels=False))
-
-
 def test_a_packed_video_forward_equals_each_sub_sample_alone(setup):
     model, encoder = setup
     batch = encoder.encode(VIDEO_PACK, MEDIA)
     assert batch.n_videos_per_sample.tolist() == [1, 0, 0] and batch.n_images_per_sample.tolist() == [0, 1, 0]
     video_token_id = model.config.video_token_id
     assert int((batch.input_ids == video_token_id).sum()) == 3 * int(batch.vision["video_grid_thw"][0, 1:].prod()) // 4
-    kwargs = kimi_k25_model_kwargs(model, batch, "sdpa")
-    assert not set(kwargs) & set(batch.vision) and set(kwargs["mm_encoder_outputs"]) == {"image", "video"}
+    assert batch.vision["video_grid_thw"][:, 0].tolist() == [4, 4, 2]  # chunks of 4, 4 and 2 frames
+    kwargs = batch.model_kwargs("sdpa")
+    assert {"pixel_values_videos", "video_grid_thw", "pixel_values", "image_grid_thw"} <= set(kwargs)
     with torch.no_grad():
         packed = model(**kwargs)
         alone = _video_alone(model, batch, video_token_id)
@@ -191,16 +166,3 @@ def test_a_packed_video_forward_equals_each_sub_sample_alone(setup):
     shifted = torch.nn.functional.cross_entropy(alone[0, :-1], batch.labels[0, 1:], ignore_index=-100, reduction="sum")
     n = int((batch.labels[0, 1:] != -100).sum())
     assert n > 0 and abs(float(packed.loss) * n - float(shifted)) < 1e-3 * n
-
-
-def test_a_one_frame_chunk_gets_hf_own_video_features(setup):
-    """Where HF's split works (a chunk of one frame), the per-chunk features are HF's own."""
-    model, encoder = setup
-    batch = encoder.encode(pack_of([([{"type": "video", "video": "one.mp4"}, text_item("What?")], "A frame.")],
-                                   capacity=8192), {"one.mp4": video_bytes(3, 4, 64, 48, seed=5)})  # fmt: skip
-    grids = batch.vision["video_grid_thw"]
-    assert grids[:, 0].tolist() == [1]  # 3 frames at 4 fps sampled at 2 fps: one frame
-    with torch.no_grad():
-        ours = kimi_k25_encoder_outputs(model, batch.vision)["video"].pooler_output
-        theirs = model.model.get_video_features(batch.vision["pixel_values_videos"], grids).pooler_output
-    assert len(ours) == len(theirs) == 1 and torch.equal(ours[0], theirs[0])

@@ -125,7 +125,7 @@ def test_executor_ray_without_ray_installed_is_one_config_error(tmp_path, monkey
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     config = config_from_dict({"data": {"wds_dir": str(tmp_path), "work_dir": str(tmp_path / "w")},
                                "process": {"executor": "ray"}})  # fmt: skip
-    with pytest.raises(ConfigError, match="ray package is not installed"):
+    with pytest.raises(ConfigError, match=r"process.executor: ray .*needs the `ray` package, which is not installed: pip install 'vlmpack-offline\[ray\]'"):
         scan.run(config)
 
 

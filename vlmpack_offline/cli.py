@@ -13,6 +13,7 @@ import click
 
 from . import __version__
 from .errors import VlmpackError
+from .optional import missing_module_line
 
 __all__ = ["cli", "main"]
 
@@ -93,3 +94,6 @@ def main() -> None:
     except VlmpackError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:  # a package imported where it is first needed is missing
+        click.echo(f"error: {missing_module_line(exc.name or str(exc))}", err=True)
+        sys.exit(1)

@@ -4,7 +4,8 @@ The key names of ``data``, ``sample``, ``model``, ``packed_wds`` and ``process``
 those of the published offline-packing tool vlmpack replaces, so its configs load
 as they are. ``video``, ``packing``, ``split``, ``write``, ``loss`` and ``scan`` are ours.
 Unknown keys and wrongly typed values are errors naming the file and the key.
-``configs/config.yaml`` documents every key.
+``configs/config.yaml`` is a commented example; docs/config.md, the reference, is generated from
+the comment beside each field here (``config_reference.py``): a field without one fails the tests.
 
 The published tool's other keys (``_published.py`` holds the table) are mapped to
 ours where there is an equivalent (``data.packed_json_dir`` -> ``data.work_dir``,
@@ -74,6 +75,7 @@ class SampleConfig:
 @dataclass(**_FROZEN)
 class ModelConfig:
     model_type: str | None = None  # HF name (qwen2_vl, qwen2_5_vl, qwen3_vl, ...); read from the processor dir if absent
+    # how the processor folder is loaded: AutoProcessor (media + text), or AutoTokenizer (text-only data)
     processor_loader: Literal["auto_processor", "auto_tokenizer"] = "auto_processor"
     processor_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained
     # extra variables for the chat template (e.g. Kimi-K2.5's {thinking: false}), used by scan and loader alike
@@ -126,6 +128,7 @@ class VideoConfig:
 @dataclass(**_FROZEN)
 class PackingConfig:
     group_by: Literal["media_type", "none"] = "media_type"  # one pack holds one media type, or any mix
+    # bin packing: best-fit decreasing (tightest), first-fit decreasing, or hashbucket (the published tool's)
     algorithm: Literal["best_fit_decreasing", "first_fit_decreasing", "hashbucket"] = "best_fit_decreasing"
     max_samples_per_pack: int | None = None  # optional cap on sub-samples in a pack
     max_media_tokens_per_pack: int | None = None  # optional cap on visual tokens in a pack

@@ -48,6 +48,7 @@ from typing import Any
 
 from .conversation import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from .errors import ConfigError
+from .optional import require
 from .reasons import DropError, Reason
 
 __all__ = ["ConvertResult", "convert_records", "read_records"]
@@ -84,11 +85,11 @@ def read_records(path: str | Path, *, split: str | None = None) -> Iterator[Any]
         if not files:
             raise ConfigError(f"convert input {path} is a folder with neither an HF save_to_disk dataset "
                               "(dataset_info.json / dataset_dict.json) nor *.parquet files")  # fmt: skip
-        return _parquet_rows(files, _need("pyarrow.parquet", "parquet files"))
+        return _parquet_rows(files, require("pyarrow.parquet", "reading parquet files"))
     if not path.is_file():
         raise ConfigError(f"convert input {path} is not a file")
     if path.suffix == ".parquet":
-        return _parquet_rows([path], _need("pyarrow.parquet", "parquet files"))
+        return _parquet_rows([path], require("pyarrow.parquet", "reading parquet files"))
     return _json_rows(path)
 
 
@@ -112,16 +113,6 @@ def _json_rows(path: Path) -> Iterator[Any]:
                     yield DropError(Reason.BAD_JSON, f"line {number} is not valid JSON")
 
 
-def _need(module: str, what: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ConfigError(f"reading {what} needs the `{module.split('.')[0]}` package: "
-                          "pip install 'vlmpack-offline[hf]'") from None  # fmt: skip
-
-
 def _parquet_rows(files: list[Path], parquet: Any) -> Iterator[dict]:
     for file in files:
         for batch in parquet.ParquetFile(file).iter_batches(batch_size=256):
@@ -129,7 +120,7 @@ def _parquet_rows(files: list[Path], parquet: Any) -> Iterator[dict]:
 
 
 def _load_hf(path: Path, split: str | None) -> Any:
-    datasets = _need("datasets", "an HF save_to_disk folder")
+    datasets = require("datasets", "reading an HF save_to_disk folder")
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         names = sorted(loaded)

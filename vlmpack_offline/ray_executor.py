@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError, VlmpackError
 from .executor import WorkerDiedError, start_worker
+from .optional import require
 
 __all__ = ["MAX_RETRIES", "ray_map", "RayTaskPool", "ensure_ray", "require_ray"]
 
@@ -51,14 +52,7 @@ _STARTED: dict[str, tuple[str, VlmpackError | None]] = {}
 
 
 def require_ray():
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "process.executor is ray but the ray package is not installed: "
-            "pip install 'vlmpack-offline[ray]' (ray>=2.40), or set process.executor: local"
-        ) from None
-    return ray
+    return require("ray", "process.executor: ray (or set process.executor: local)")
 
 
 def ensure_ray(*, workers: int, address: str | None):

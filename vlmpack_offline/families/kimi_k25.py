@@ -51,10 +51,8 @@ then the class defaults (4, 4096, 512 x 512 patches; the public Kimi-K2.5 ``medi
 temporal_merge_kernel_size, in_patch_limit_each_frame, sample_fps). ``min_frames`` / ``max_frames`` /
 ``min_pixels`` / ``max_pixels`` / ``total_pixels`` of ``video:`` are not read by Kimi's video processor, so
 the scan refuses them (``video_fields``); a ``num_frames`` in the folder is refused (the processor then fails: ``fps`` and ``num_frames`` are
-exclusive). Training: HF's ``Kimi_K25Model`` (transformers 5.23) cannot take these videos itself:
-``get_image_features`` splits the pooled video features by ``t * h * w / merge**2`` per chunk where the
-temporal pooling left ``h * w / merge**2``, and its merge index cannot mix chunks of 4 and fewer frames
-(see docs/families.md).
+exclusive). Training: the pack's ``pixel_values_videos`` / ``video_grid_thw`` go to HF's own forward
+(transformers >= 5.24 pools each chunk and splits by the pooled size).
 """
 
 from __future__ import annotations

@@ -12,13 +12,11 @@
     cooker.py        energon cooker (crude tar parts -> CookedPack)
     task_encoder.py  PackTaskEncoder for megatron-energon
     dataset.py       PackDataset: plain PyTorch IterableDataset (webdataset, rank/worker split)
-    kimi_k25_features.py  Kimi-K2.5 vision features per video chunk (mm_encoder_outputs), which HF cannot split
 """
 
 from .attention import block_causal_mask, segment_ids, varlen_attention, varlen_backend
 from .batch import PackBatch
 from .encoder import EncoderOptions, PackEncoder
-from .kimi_k25_features import kimi_k25_encoder_outputs, kimi_k25_model_kwargs
 from .labels import IGNORE_INDEX
 from .rope import RopeIndex
 from .vision_inputs import VisionInputs
@@ -52,6 +50,4 @@ __all__ = [
     "PackDataset",
     "packed_shards",
     "iter_cooked_packs",
-    "kimi_k25_encoder_outputs",
-    "kimi_k25_model_kwargs",
 ]
