@@ -15,7 +15,7 @@ from vlmpack_offline.stages import write
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
 
-SAMPLE_TYPE = "vlmpack_test_packs"
+SAMPLE_TYPE = "vlmpack_packed"
 
 
 class PackTaskEncoder(TaskEncoder):

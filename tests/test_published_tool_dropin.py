@@ -14,6 +14,7 @@ Every input sample ends packed or dropped with the reason this file expects of i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections import Counter
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 from vlmpack_offline.config import load_config
-from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.errors import ConfigError, LayoutError
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.plan_file import read_plan
 from vlmpack_offline.stages import bucket, plan, scan, verify, write
@@ -307,10 +308,22 @@ def _outcomes(config) -> dict[str, str]:
     return out
 
 
-def _run_pipeline(config) -> None:
-    for stage in (scan, bucket, plan, write, verify):
+def _run_pipeline(config, *, media: bool = True):
+    """scan -> verify. With its media, the mixture holds text, videos and a system prompt, which packed_vqa
+    and packed_multi_mix_qa cannot hold: their write refuses before any tar, and packed_chat_mix (the
+    layout that holds whole conversations) writes it. Returns the config that wrote."""
+    for stage in (scan, bucket, plan):
         result = stage.run(config)
         assert result.exit_code == 0 or stage is scan, (stage.__name__, result.summary)
+    if media and config.sample.sample_type in ("packed_vqa", "packed_multi_mix_qa"):
+        with pytest.raises(LayoutError, match="cannot be written in it without loss"):
+            write.run(config)
+        assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
+        config = dataclasses.replace(config, sample=dataclasses.replace(config.sample, sample_type="packed_chat_mix"))
+    for stage in (write, verify):
+        result = stage.run(config)
+        assert result.exit_code == 0, (stage.__name__, result.summary)
+    return config
 
 
 def _load_every_pack(config, processor: Path) -> list:
@@ -379,8 +392,7 @@ def test_qwenvl_needs_a_qwen_folder(tmp_path, kimi_dir):
 @pytest.mark.parametrize("shape", ["packed_vqa_demo.yaml", "ci.yaml", "config_256k.yaml"])
 def test_qwenvl_shapes_pack_the_published_layouts(tmp_path, shape, qwen25_processor_dir):
     expected = _published_shards(tmp_path / "wds")
-    config = load_config(_write_shape(tmp_path, shape, qwen25_processor_dir, tmp_path / "wds"))
-    _run_pipeline(config)
+    config = _run_pipeline(load_config(_write_shape(tmp_path, shape, qwen25_processor_dir, tmp_path / "wds")))
     settings = json.loads((tmp_path / "packed" / ".nv-meta" / "vlmpack.json").read_text())
     assert settings["model"]["model_type"] == "qwen2_5_vl"  # qwenvl, resolved from the folder and recorded
     capacity = config.sample.max_token_len
@@ -399,7 +411,7 @@ def test_kimi_config_counts_text_with_its_template_kwargs_and_drops_media(tmp_pa
     expected = _published_shards(tmp_path / "wds")
     config = load_config(_write_shape(tmp_path, "config.yaml", kimi_dir, tmp_path / "wds",
                                       template=_template_copy(tmp_path, kimi_dir)))  # fmt: skip
-    _run_pipeline(config)
+    _run_pipeline(config, media=False)  # Kimi's config drops the media: one-turn texts, which the layout holds
     want = {
         i: ("overlong" if i.endswith("/text_5") else "packed" if what == "text" else
             "unsupported_media" if what in ("image", "video") else what)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from _packed_fixture import build_inputs
-from click.testing import CliRunner
-from megatron.energon.cli.main import main as energon_cli
 
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.errors import LengthMismatchError, ShardError, StaleArtifactError
+from vlmpack_offline.inspect_pack import summarize
 from vlmpack_offline.loader.cooker import cook_packed
 from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
 from vlmpack_offline.stages import verify, write
@@ -270,16 +270,18 @@ def test_verify_fails_on_a_wrong_idx(tmp_path):
     assert any("pretrain-000000.tar.idx" in line for line in result.summary)
 
 
-def test_energon_info_summarizes_our_output(tmp_path):
-    """`energon info` reads dataset.yaml's `sample_type` (it raised KeyError on a plain crude dataset.yaml)."""
+def test_inspect_summarizes_what_energon_info_would(tmp_path):
+    """dataset.yaml is energon's own CrudeWebdataset (loads without vlmpack); `vlmpack inspect` gives the
+    split counts `energon info` would show."""
     inputs = build_inputs(tmp_path, packed_wds={"maxcount": 2})
     write.run(inputs.config)
-    result = CliRunner().invoke(energon_cli, ["info", str(inputs.config.packed_wds_dir)])
-    assert result.exit_code == 0, result.output + repr(result.exception)
+    root = inputs.config.packed_wds_dir
+    assert yaml.safe_load((root / ".nv-meta" / "dataset.yaml").read_text()) == {
+        "__module__": "megatron.energon", "__class__": "CrudeWebdataset", "subflavors": {"sample_type": "vlmpack_packed"}}
+    out = summarize(root)
     n_val = sum(p.split == "val" for p in inputs.packs)
-    assert f"({len(inputs.packs)} samples," in result.output
-    assert "CrudeSample" in result.output
-    assert f"`val`: {100 * n_val / len(inputs.packs):.0f}%, {n_val} samples" in result.output
+    assert f": {len(inputs.packs)} packs in " in out and "layout (sample_type) vlmpack_packed" in out
+    assert f"  val    {n_val:>8} packs in 1 shards ({100 * n_val / len(inputs.packs):.0f}%)" in out
 
 
 def test_verify_fails_when_the_recorded_settings_are_not_the_configs(tmp_path):

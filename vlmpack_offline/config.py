@@ -69,7 +69,11 @@ class DataConfig:
 @dataclass(**_FROZEN)
 class SampleConfig:
     max_token_len: int = 8192  # pack capacity C; a longer sample is dropped as `overlong`
-    sample_type: str = "vlmpack_packed"  # energon subflavor written into .nv-meta/dataset.yaml
+    # the packed layout, written as energon's subflavor in .nv-meta/dataset.yaml: vlmpack's own, or one of the
+    # published offline-packing tool's for its trainer (docs/format.md, docs/switch.md)
+    sample_type: Literal[
+        "vlmpack_packed", "packed_chat_mix", "packed_multi_mix_qa", "packed_captioning", "packed_vqa"
+    ] = "vlmpack_packed"
 
 
 @dataclass(**_FROZEN)
@@ -351,6 +355,10 @@ def _check(config: Config) -> None:
         value = getattr(config.packing, name)
         if value is not None and value < 1:
             raise ConfigError(f"{src}: packing.{name} must be >= 1 or null, got {value}")
+    if config.sample.sample_type != "vlmpack_packed" and config.packing.group_by != "media_type":
+        raise ConfigError(f"{src}: sample.sample_type {config.sample.sample_type} holds one media kind per pack "
+                          f"(its media_type), but packing.group_by is {config.packing.group_by!r}: set "
+                          "packing.group_by: media_type, or sample.sample_type: vlmpack_packed")
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")

@@ -13,6 +13,7 @@ __all__ = [
     "ShardError",
     "StaleArtifactError",
     "PlanError",
+    "LayoutError",
     "LengthMismatchError",
     "MachineFault",
 ]
@@ -42,6 +43,11 @@ class StaleArtifactError(VlmpackError):
 
 class PlanError(VlmpackError):
     """A pack plan breaks an invariant (sample missing or repeated, pack over capacity)."""
+
+
+class LayoutError(ConfigError):
+    """The chosen packed layout (``sample.sample_type``) cannot hold some planned samples, or a packed
+    directory is read as a layout it was not written in."""
 
 
 class LengthMismatchError(VlmpackError):

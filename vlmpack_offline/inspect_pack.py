@@ -35,9 +35,15 @@ def summarize(packed_dir: str | Path) -> str:
         raise ShardError(f"{root} is not a packed dataset (no {META_DIR}/split.yaml and .info.json): run `vlmpack write`")
     parts = (yaml.safe_load(split_yaml.read_text()) or {}).get("split_parts") or {}
     counts = json.loads(info.read_text())["shard_counts"]
-    lines = [f"packed dataset {root}"]
+    total = sum(counts.values())
+    dataset = yaml.safe_load((root / META_DIR / "dataset.yaml").read_text()) if (root / META_DIR / "dataset.yaml").is_file() else {}
+    layout = ((dataset or {}).get("subflavors") or {}).get("sample_type")
+    # what `energon info` shows for a dataset (it cannot read a crude dataset.yaml: docs/format.md)
+    lines = [f"packed dataset {root}: {total} packs in {len(counts)} shards, layout (sample_type) {layout}"]
     for split, shards in parts.items():
-        lines.append(f"  {split:<6} {sum(counts.get(s, 0) for s in shards):>8} packs in {len(shards)} shards")
+        n = sum(counts.get(s, 0) for s in shards)
+        share = f"{100 * n / total:.0f}%" if total else "-"
+        lines.append(f"  {split:<6} {n:>8} packs in {len(shards)} shards ({share})")
     settings = root / META_DIR / "vlmpack.json"
     if settings.is_file():
         recorded = json.loads(settings.read_text())

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 __all__ = [
     "PACK_FORMAT",
     "JSON_PART",
+    "VLMPACK_JSON_PART",
     "IDS_PART",
     "LABELS_RULE",
     "PackedSubSample",
@@ -34,6 +35,9 @@ __all__ = [
 
 PACK_FORMAT = "vlmpack.pack/1"
 JSON_PART = "json"
+# vlmpack's PackedSample beside a published layout's own ``json`` (layouts/base.py); energon reads the part
+# name after the key's dot, so this is member ``pack_00000017.vlmpack.json``
+VLMPACK_JSON_PART = "vlmpack.json"
 IDS_PART = "ids.npy"
 # the rule ids.npy's learned-token mask follows; raised when it changes, so `vlmpack write` rewrites stored masks
 # (2: turns located by rendering for marker templates too; a last multi-byte character labelled whole; GLM <|user|>)

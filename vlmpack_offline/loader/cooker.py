@@ -7,6 +7,10 @@ and lets a cooker turn it into a typed sample::
     {"__key__": "pack_00000017", "json": b'{...}', "m0000.jpg": b'\\xff\\xd8..', "ids.npy": b'..'}
       -> CookedPack(pack=PackedSample(...), media={"m0000.jpg": b'\\xff\\xd8..'}, ids=None)
 
+A pack in one of the published tool's layouts (``sample.sample_type: packed_chat_mix`` ...) carries
+vlmpack's own JSON as the ``vlmpack.json`` part beside that layout's ``json``: the cooker reads it, so
+the loader reads every layout vlmpack writes.
+
 Media stay encoded bytes: decoding belongs to the model's processor. A TaskEncoder
 using this cooker should set ``decoder = None`` so energon passes raw bytes; a JSON
 part energon already decoded to a dict is accepted too.
@@ -26,7 +30,7 @@ import numpy as np
 from megatron.energon import Cooker, Sample, basic_sample_keys, stateless
 from megatron.energon.edataclass import edataclass
 
-from ..packed_format import IDS_PART, JSON_PART, PackedSample
+from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
 
 __all__ = ["CookedPack", "cook_packed", "cooker", "DEFAULT_SAMPLE_TYPE"]
 
@@ -65,9 +69,10 @@ def _load_ids(value: Any) -> np.ndarray:
 def cook_packed(sample: dict) -> CookedPack:
     """Turn a crude pack (raw parts by name) into a ``CookedPack``; media bytes are not decoded."""
     key = sample.get("__key__", "?")
-    if JSON_PART not in sample:
+    part = VLMPACK_JSON_PART if VLMPACK_JSON_PART in sample else JSON_PART  # a published layout keeps ours beside
+    if part not in sample:
         raise ValueError(f"crude sample {key!r} has no {JSON_PART!r} part: not a vlmpack pack")
-    pack = PackedSample.from_json(_load_json(sample[JSON_PART]))
+    pack = PackedSample.from_json(_load_json(sample[part]))
     names = [
         item[item["type"]]
         for sub in pack.samples

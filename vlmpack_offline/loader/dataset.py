@@ -58,7 +58,7 @@ import torch
 import yaml
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..errors import ConfigError, ShardError
+from ..errors import ConfigError, LayoutError, ShardError
 from ..output.energon_meta import META_DIR, energon_idx_offsets, energon_members, read_idx
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
@@ -171,6 +171,20 @@ def iter_cooked_packs(shards: Sequence[str | Path], *, keep=None) -> Iterator[Co
                 index += 1
 
 
+def _check_layout(packed_wds_dir: str | Path, configured: str) -> None:
+    """Refuse a folder written in another layout than the encoder's config names (``sample.sample_type``)."""
+    path = Path(packed_wds_dir) / META_DIR / "dataset.yaml"
+    if not path.is_file():
+        return  # a folder without energon metadata (hand-built in tests): nothing recorded to compare
+    written = ((yaml.safe_load(path.read_text()) or {}).get("subflavors") or {}).get("sample_type")
+    if written is not None and written != configured:
+        raise LayoutError(
+            f"{packed_wds_dir} was written as sample_type {written!r} but the encoder's config reads "
+            f"{configured!r}: build the encoder with PackEncoder.from_packed_dir({str(packed_wds_dir)!r}), "
+            f"or set sample.sample_type: {written}"
+        )
+
+
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if rank is not None and world_size is not None:
         return rank, world_size
@@ -205,6 +219,7 @@ class PackDataset(IterableDataset):
     ) -> None:
         super().__init__()
         self.packs = PackIndex.from_dir(packed_wds_dir, split)
+        _check_layout(packed_wds_dir, encoder.config.sample.sample_type)
         self.encoder = encoder
         self.split = split
         self.rank, self.world_size = _rank_and_world(rank, world_size)

@@ -31,9 +31,10 @@ energon reports, instead of a silent hang in the queue's feeder thread).
 
 from __future__ import annotations
 
-from megatron.energon import DefaultTaskEncoder
+from megatron.energon import Cooker, DefaultTaskEncoder, stateless
 from torch.utils.data import get_worker_info
 
+from ..errors import LayoutError
 from .batch import PackBatch, ensure_picklable
 from .cooker import DEFAULT_SAMPLE_TYPE, CookedPack, cooker
 from .encoder import PackEncoder
@@ -49,7 +50,19 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
     def __init__(self, encoder: PackEncoder, *, sample_type: str | None = None) -> None:
         super().__init__()
         self.encoder = encoder
-        self.cookers = [cooker(sample_type or encoder.config.sample.sample_type or DEFAULT_SAMPLE_TYPE)]
+        self.sample_type = sample_type or encoder.config.sample.sample_type or DEFAULT_SAMPLE_TYPE
+        # ours first; any other subflavor reaches the second, which refuses it naming both layouts
+        self.cookers = [cooker(self.sample_type), Cooker(cook=self.refuse_other_layout)]
+
+    @stateless
+    def refuse_other_layout(self, sample: dict):
+        found = (sample.get("__subflavors__") or {}).get("sample_type")
+        raise LayoutError(
+            f"pack {sample.get('__key__', '?')!r} comes from a dataset written as sample_type {found!r}, but this "
+            f"PackTaskEncoder reads sample_type {self.sample_type!r}: build its encoder with "
+            "PackEncoder.from_packed_dir(<that folder>) (it records the layout), or pass sample_type="
+            f"{found!r}"
+        )
 
     def encode_sample(self, sample: CookedPack) -> PackBatch:
         return self.encoder.encode(sample.pack, sample.media)

@@ -5,12 +5,16 @@
     packed_wds_dir/
       pretrain-000000.tar  (+ .tar.idx, written with the tar)
       .nv-meta/
-        dataset.yaml   __module__: vlmpack_offline.output.energon_dataset
-                       __class__: PackedCrudeWebdataset   (energon's CrudeWebdataset + sample_type, below)
-                       sample_type: {__module__: megatron.energon, __class__: CrudeSample}  (for `energon info`)
-                       subflavors: {sample_type: <sample.sample_type>}
+        dataset.yaml   __module__: megatron.energon
+                       __class__: CrudeWebdataset          (energon's own: loads without vlmpack)
+                       subflavors: {sample_type: <sample.sample_type>}   (picks the trainer's cooker)
         split.yaml     split_parts: {train: [pretrain-000000.tar, ...], val: [...]}; exclude: []
         .info.json     {"shard_counts": {"pretrain-000000.tar": 812, ...}}
+
+This is what the published offline-packing tool writes, so its trainer and any energon (>= 7)
+install load the folder as it is. ``energon info`` cannot read a crude dataset.yaml (it looks up a
+top-level ``sample_type``, which ``CrudeWebdataset`` refuses): ``vlmpack inspect`` shows the same
+split counts (docs/format.md).
 
 energon's loader reads only these and the ``.tar.idx`` files; its ``index.sqlite``
 is needed only for auxiliary / joined datasets, so it is built only on request
@@ -48,14 +52,8 @@ META_DIR = ".nv-meta"
 
 
 def write_dataset_yaml(out_dir: Path, sample_type: str) -> None:
-    """``sample_type`` is energon's sample class, read by ``energon info`` (see ``energon_dataset.py``);
-    the subflavor ``sample_type`` (``sample.sample_type``) picks the cooker."""
-    body = {
-        "__module__": "vlmpack_offline.output.energon_dataset",
-        "__class__": "PackedCrudeWebdataset",
-        "sample_type": {"__module__": "megatron.energon", "__class__": "CrudeSample"},
-        "subflavors": {"sample_type": sample_type},
-    }
+    """energon's own ``CrudeWebdataset``; the subflavor ``sample_type`` (``sample.sample_type``) picks the cooker."""
+    body = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset", "subflavors": {"sample_type": sample_type}}
     atomic_write_text(out_dir / META_DIR / "dataset.yaml", yaml.safe_dump(body, sort_keys=False))
 
 

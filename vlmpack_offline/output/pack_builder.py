@@ -14,6 +14,7 @@ their media items appear; a part a conversation names twice is stored once.
 from __future__ import annotations
 
 import io
+import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,13 +26,17 @@ import numpy as np
 from ..artifacts import canonical_json
 from ..conversation import Conversation, parse_conversation
 from ..errors import LengthMismatchError, ShardError
+from ..layouts import Layout, layout_for
 from ..manifest import SampleRecord
-from ..packed_format import JSON_PART, PackedSample, PackedSubSample, media_part_name
+from ..packed_format import JSON_PART, PackedSample, PackedSubSample
 from ..reasons import DropError
 from ..tario import is_url, open_source, read_range
 from .tar_writer import SourceRange
 
-__all__ = ["MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pack", "json_part_of", "ids_npy_bytes"]
+__all__ = [
+    "MediaSource", "BuiltPack", "SourceFiles", "Materializer", "build_pack", "json_part_of", "ids_npy_bytes",
+    "layout_json_bytes",
+]
 
 # (source conversation, media bytes in conversation.media order) -> (input_ids, assistant_mask)
 Materializer = Callable[[Conversation, list[bytes]], tuple[list[int], list[int]]]
@@ -53,6 +58,15 @@ class BuiltPack:
     json_bytes: bytes  # canonical JSON of ``sample`` (sorted keys, UTF-8)
     media: tuple[MediaSource, ...]  # media parts in member order
     ids_npy: bytes | None = None  # ids.npy part (int32 [2, S]: input_ids, assistant mask) when materialized
+    # (sample id, why) for each sub-sample the layout cannot hold; a pack with any is not written
+    refusals: tuple[tuple[str, str], ...] = ()
+
+
+def layout_json_bytes(layout: Layout, pack_json: bytes) -> bytes:
+    """The layout's ``json`` part from vlmpack's pack JSON (a published layout's is derived from it)."""
+    if not layout.published:
+        return pack_json
+    return canonical_json(layout.pack_json(PackedSample.from_json(json.loads(pack_json)))).encode()
 
 
 class SourceFiles:
@@ -157,6 +171,8 @@ def _sub_sample(
     files: SourceFiles,
     template_text_key: str | None,
     first_index: int,
+    layout: Layout,
+    sub_index: int,
     materialize: Materializer | None = None,
 ) -> tuple[PackedSubSample, list[MediaSource], tuple[list[int], list[int]] | None]:
     offset, size = record.member(json_part_of(record))
@@ -174,7 +190,9 @@ def _sub_sample(
     for ref in conversation.media:
         if ref.part in renamed:
             continue
-        name = media_part_name(first_index + len(media), ref.part)
+        name = layout.media_part(
+            sub_index=sub_index, index_in_pack=first_index + len(media), index_in_sub=len(renamed), source_part=ref.part
+        )
         renamed[ref.part] = name
         src_offset, src_size = record.member(ref.part)
         media.append(
@@ -208,9 +226,14 @@ def build_pack(
     files: SourceFiles,
     template_text_key: str | None,
     materialize: Materializer | None = None,
+    sample_type: str = "vlmpack_packed",
 ) -> BuiltPack:
     """Build the JSON part of one pack and locate its media (reads only the source JSON members,
-    and the media too when ``materialize`` is given, to store the pack's token ids)."""
+    and the media too when ``materialize`` is given, to store the pack's token ids).
+
+    ``json_bytes`` is always vlmpack's ``PackedSample`` with media named by the layout of ``sample_type``;
+    ``layout_json_bytes`` derives that layout's own ``json`` part from it."""
+    layout = layout_for(sample_type)
     subs: list[PackedSubSample] = []
     media: list[MediaSource] = []
     ids: list[int] = []
@@ -220,14 +243,18 @@ def build_pack(
         if record is None or record.status != "ok":
             state = "missing from" if record is None else f"{record.status!r} in"
             raise ShardError(f"pack {pack_id}: sample {sample_id!r} is {state} the manifest: rerun `vlmpack plan`")
-        sub, sub_media, tokens = _sub_sample(record, files, template_text_key, len(media), materialize)
+        sub, sub_media, tokens = _sub_sample(
+            record, files, template_text_key, len(media), layout, len(subs), materialize
+        )
         subs.append(sub)
         media.extend(sub_media)
         if tokens is not None:
             ids.extend(tokens[0])
             mask.extend(tokens[1])
     sample = PackedSample(pack_id=pack_id, capacity=capacity, split=split, samples=tuple(subs))
+    refusals = tuple((sub.id, why) for sub in subs if (why := layout.refusal(sub.messages)) is not None)
     return BuiltPack(
+        refusals=refusals,
         sample=sample,
         json_bytes=canonical_json(sample.to_json()).encode(),
         media=tuple(media),

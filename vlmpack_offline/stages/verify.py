@@ -29,11 +29,12 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError, PlanError
+from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
 from ..output.energon_meta import energon_idx_offsets, read_idx, read_shard_counts, read_split_parts
-from ..output.pack_builder import SourceFiles, build_pack
+from ..output.pack_builder import SourceFiles, build_pack, layout_json_bytes
 from ..output.tar_writer import idx_path_for
-from ..packed_format import IDS_PART, JSON_PART, PackedSample
+from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
 from ..packed_settings import SETTINGS_NAME, check_against_packed_dir
 from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
@@ -92,15 +93,27 @@ class _Checker:
 
     def pack(self, shard: str, key: str, split: str | None, parts: dict, handle) -> None:
         where = f"{shard}/{key}"
-        if JSON_PART not in parts:
-            self.problems.append(f"{where}: no {JSON_PART} part")
-            return
-        member = parts[JSON_PART]
+        layout = layout_for(self.config.sample.sample_type)
+        ours = VLMPACK_JSON_PART if layout.published else JSON_PART
+        for needed in {JSON_PART, ours}:
+            if needed not in parts:
+                self.problems.append(f"{where}: no {needed} part (sample.sample_type {layout.name})")
+                return
+        member = parts[ours]
         try:
-            pack = PackedSample.from_json(json.loads(read_range(handle, member.offset, member.size)))
+            pack_bytes = read_range(handle, member.offset, member.size)
+            pack = PackedSample.from_json(json.loads(pack_bytes))
         except (ValueError, KeyError, TypeError) as exc:
             self.problems.append(f"{where}: pack JSON unreadable ({exc})")
             return
+        if layout.published:  # the trainer's json is exactly the layout's view of vlmpack's pack
+            stored = read_range(handle, parts[JSON_PART].offset, parts[JSON_PART].size)
+            try:
+                expected_json = layout_json_bytes(layout, pack_bytes)
+            except ValueError as exc:
+                expected_json = str(exc).encode()
+            if stored != expected_json:
+                self.problems.append(f"{where}.{JSON_PART}: not the {layout.name} JSON of its {VLMPACK_JSON_PART}")
         self.pack_ids[pack.pack_id] += 1
         total = sum(s.token_len for s in pack.samples)
         capacity = self.config.sample.max_token_len
@@ -117,12 +130,13 @@ class _Checker:
             built = build_pack(
                 pack_id=pack.pack_id, split=pack.split, capacity=pack.capacity, sample_ids=ids, records=records,
                 files=self.files, template_text_key=self.config.data.template_text_key,
+                sample_type=layout.name,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is a problem to list, not a crash
             self.problems.append(f"{where}: cannot rebuild from the manifest ({exc})")
             return
         expected = {m.part: m for m in built.media}
-        stored = {name for name in parts if name not in (JSON_PART, IDS_PART)}
+        stored = {name for name in parts if name not in (JSON_PART, VLMPACK_JSON_PART, IDS_PART)}
         if stored != set(expected):
             self.problems.append(f"{where}: media parts {sorted(stored)} but the sources give {sorted(expected)}")
         for name in sorted(stored & set(expected)):

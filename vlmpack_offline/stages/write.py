@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -54,8 +55,9 @@ from pathlib import Path
 
 from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
-from ..errors import ConfigError, PlanError, ShardError, StaleArtifactError
+from ..errors import ConfigError, LayoutError, PlanError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
+from ..layouts import Layout, layout_for
 from ..manifest import Manifest, SampleRecord, manifest_path
 from ..output.energon_meta import (
     META_DIR,
@@ -65,11 +67,11 @@ from ..output.energon_meta import (
     write_split_yaml,
 )
 from ..output.layout import check_folder_layout
-from ..output.pack_builder import Materializer, SourceFiles, build_pack
+from ..output.pack_builder import Materializer, SourceFiles, build_pack, layout_json_bytes
 from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, save_chunk
 from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
-from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, pack_key
+from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
 from ..scan_inputs import scan_inputs_fingerprint
@@ -228,14 +230,26 @@ def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles,
         records=records,
         files=files,
         template_text_key=config.data.template_text_key,
+        sample_type=config.sample.sample_type,
     )
 
 
-def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ...]]) -> list[int]:
+def _pack_parts(layout: Layout, json_bytes: bytes) -> list[tuple[str, bytes]]:
+    """The JSON members of a pack: the layout's ``json``, and vlmpack's pack as ``vlmpack.json`` beside a
+    published layout's (layouts/base.py)."""
+    if not layout.published:
+        return [(JSON_PART, json_bytes)]
+    return [(JSON_PART, layout_json_bytes(layout, json_bytes)), (VLMPACK_JSON_PART, json_bytes)]
+
+
+def _describe_packs(
+    args: tuple[Config, str, dict[str, str], int, tuple[Pack, ...]]
+) -> tuple[list[int], list[tuple[str, str]]]:
     """Build the JSON part and media locators of a chunk of packs; keep them in a scratch file.
 
-    Returns the bytes each pack takes inside a tar. Reads only the source JSON members;
-    the write pass then copies media without touching the manifest or parsing again.
+    Returns the bytes each pack takes inside a tar, and (sample id, why) for every sub-sample the
+    layout cannot hold (then the chunk is not kept: the stage refuses before writing). Reads only the
+    source JSON members; the write pass then copies media without touching the manifest or parsing again.
     """
     config, fp, shard_paths, chunk_no, packs = args
     path = chunk_path(config.packed_wds_dir, chunk_no)
@@ -247,21 +261,26 @@ def _describe_packs(args: tuple[Config, str, dict[str, str], int, tuple[Pack, ..
     if described is None:
         records = _records_for(config, packs)
         files = SourceFiles(shard_paths)
+        refusals: list[tuple[str, str]] = []
         try:
             described = []
             for pack in packs:
                 built = _pack_members(config, pack, records, files, pack.split)
+                refusals.extend(built.refusals)
                 media = tuple((m.part, m.shard, m.offset, m.size) for m in built.media)
                 described.append((built.json_bytes, media, built.ids_npy))
         finally:
             files.close()
+        if refusals:
+            return [], refusals
         save_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids, described=described)
+    layout = layout_for(config.sample.sample_type)
     return [
-        member_bytes_in_tar(len(json_bytes))
+        sum(member_bytes_in_tar(len(data)) for _, data in _pack_parts(layout, json_bytes))
         + sum(member_bytes_in_tar(m[3]) for m in media)
         + (member_bytes_in_tar(len(ids_npy)) if ids_npy is not None else 0)
         for json_bytes, media, ids_npy in described
-    ]
+    ], []
 
 
 def _chunk_ids(n_packs: int, job: ShardJob) -> dict[int, list[int]]:
@@ -286,6 +305,7 @@ def _write_shard(
     job, chunk_ids = job
     files = SourceFiles(shard_paths)
     writer = ShardTarWriter(config.packed_wds_dir / job.name)
+    layout = layout_for(config.sample.sample_type)
     loaded: dict[int, list] = {}
     try:
         for position in job.positions:
@@ -293,7 +313,7 @@ def _write_shard(
             if chunk_no not in loaded:
                 loaded = {chunk_no: _chunk_for_writing(config, fp, chunk_ids[chunk_no], chunk_no)}
             json_bytes, media, ids_npy = loaded[chunk_no][position % _SIZE_CHUNK]
-            members = [(JSON_PART, json_bytes)]
+            members: list = _pack_parts(layout, json_bytes)
             members.extend((part, files.range(shard, offset, size)) for part, shard, offset, size in media)
             if ids_npy is not None:
                 members.append((IDS_PART, ids_npy))
@@ -309,7 +329,9 @@ def _write_shard(
     return job.name, job.n_packs, size
 
 
-def _described_sizes(config: Config, chunks: Iterable[tuple], *, n_chunks: int) -> Iterator[list[int]]:
+def _described_sizes(
+    config: Config, chunks: Iterable[tuple], *, n_chunks: int
+) -> Iterator[tuple[list[int], list[tuple[str, str]]]]:
     """``_describe_packs`` over the chunks in plan order: in ``workers`` forked processes (one at
     ``workers: 1``, so this process's writer threads never wait on the describing for the GIL; in
     this process when there is a single chunk), or one Ray task per chunk (``process.executor: ray``).
@@ -430,14 +452,34 @@ def _describe_and_write(
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
                     futures.append(writers.submit((job, _chunk_ids(plan.n_packs, job))))
 
+        described = _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK))
+        if layout_for(config.sample.sample_type).published:  # every pack described (and checked) before any tar
+            described = _all_held(config, list(described))
         position = 0
-        for sizes in _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK)):
+        for sizes, _ in described:
             for size in sizes:
                 submit(assigner.add(position, size))
                 position += 1
         submit(assigner.finish())
         written = [future.result() for future in futures]
     return jobs, len(written)
+
+
+def _all_held(config: Config, described: list[tuple[list[int], list[tuple[str, str]]]]) -> list:
+    """``described`` when the layout holds every sub-sample; else a ``LayoutError`` with each reason's count."""
+    refusals = [r for _, chunk in described for r in chunk]
+    if not refusals:
+        return described
+    layout = layout_for(config.sample.sample_type)
+    by_reason = Counter(why for _, why in refusals)
+    first = {why: sample_id for sample_id, why in reversed(refusals)}
+    lines = [f"  {n} with {why} (e.g. {first[why]})" for why, n in by_reason.most_common()]
+    raise LayoutError(
+        f"{config.source}: sample.sample_type {layout.name} holds {layout.holds}; {len(refusals)} of the planned "
+        f"samples cannot be written in it without loss (nothing was written):\n" + "\n".join(lines) + "\n"
+        "  use sample.sample_type: packed_chat_mix or vlmpack_packed for such data (docs/switch.md), "
+        "or filter those samples out of the input"
+    )
 
 
 # -- driver ----------------------------------------------------------------------------------

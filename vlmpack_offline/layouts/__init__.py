@@ -1,0 +1,28 @@
+"""Packed layouts, one module each, chosen by ``sample.sample_type`` (``base.py`` holds the interface)::
+
+    vlmpack.py        vlmpack_packed (default): vlmpack's own PackedSample
+    chat_mix.py       packed_chat_mix: the published tool's whole-conversation layout
+    multi_mix_qa.py   packed_multi_mix_qa: its prompts / captions per sub-sample
+    single_image.py   packed_captioning, packed_vqa: one image, one prompt, one answer per sub-sample
+"""
+
+from __future__ import annotations
+
+from .base import Layout, media_of
+from .chat_mix import ChatMixLayout
+from .multi_mix_qa import MultiMixQaLayout
+from .single_image import CaptioningLayout, VqaLayout
+from .vlmpack import VlmpackLayout
+
+__all__ = ["LAYOUTS", "LAYOUT_NAMES", "Layout", "layout_for", "media_of"]
+
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout
+    for layout in (VlmpackLayout(), ChatMixLayout(), MultiMixQaLayout(), CaptioningLayout(), VqaLayout())
+}
+LAYOUT_NAMES = tuple(LAYOUTS)
+
+
+def layout_for(sample_type: str) -> Layout:
+    """The layout of a ``sample.sample_type`` value (the config already refused any other)."""
+    return LAYOUTS[sample_type]
