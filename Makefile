@@ -17,6 +17,9 @@ REF_VENV  ?= .venv-ref
 REF_PY    := $(REF_VENV)/bin/python
 REF_STAMP := $(REF_VENV)/.installed
 REF_LOCK  ?= requirements/ref.txt
+# A training image without vlmpack: megatron-energon alone opens every packed layout (tests/test_energon_portability.py).
+ENERGON_VENV  := .venv-energon
+ENERGON_STAMP := $(ENERGON_VENV)/.installed
 LOCK_VENV := .venv-lock
 LATEST_VENV := .venv-latest
 OLDEST_VENV := .venv-oldest
@@ -25,11 +28,13 @@ OLDEST_VENV := .venv-oldest
 COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --strip-extras --upgrade
 
-.PHONY: install install-ref demo test test-core test-ref test-latest test-oldest versions docs config-doc lock lint bench clean
+.PHONY: install install-ref install-energon demo test test-core test-ref test-latest test-oldest versions docs config-doc lock lint bench clean
 
 install: $(STAMP)
 
 install-ref: $(REF_STAMP)
+
+install-energon: $(ENERGON_STAMP)
 
 # A fresh venv, the lock with --require-hashes (every dependency pinned and hashed, so nothing unlocked can
 # slip in), then vlmpack itself without dependencies or build isolation (its build backend is in the lock).
@@ -48,6 +53,13 @@ $(REF_STAMP): pyproject.toml $(REF_LOCK)
 	$(call install_locked,$(REF_VENV),$(REF_LOCK))
 	touch $(REF_STAMP)
 
+# Not vlmpack itself: only the lock (megatron-energon, torch and their dependencies).
+$(ENERGON_STAMP): requirements/energon.txt
+	python3 -m venv --clear $(ENERGON_VENV)
+	$(ENERGON_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/energon.txt
+	$(ENERGON_VENV)/bin/python scripts/lock_check.py --quiet requirements/energon.txt
+	touch $(ENERGON_STAMP)
+
 demo: install
 	$(PY) -m vlmpack_offline.synthetic.demo demo_out
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/pack_wds.sh configs/demo.yaml
@@ -56,7 +68,7 @@ demo: install
 # that need it (tests marked torchvision; they skip in .venv), the docs, and the versions both ran with.
 test: test-core test-ref docs versions
 
-test-core: install
+test-core: install install-energon
 	$(PY) -m pytest -n 2
 
 test-ref: install-ref
@@ -79,18 +91,19 @@ lock:
 	$(LOCK_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/tools.txt
 	$(COMPILE) -o requirements/tools.txt requirements/tools.in
 	$(COMPILE) --extra test --extra docs -o $(CORE_LOCK) pyproject.toml requirements/core.in
+	$(COMPILE) -o requirements/energon.txt requirements/energon.in
 	$(COMPILE) --extra test --extra ref -o $(REF_LOCK) pyproject.toml requirements/ref.in
 	$(COMPILE) --extra test -o requirements/oldest.txt pyproject.toml requirements/oldest.in
 
 # Unlocked: torchvision's newest (with the torch it pairs with), then vlmpack's newest allowed dependencies.
-test-latest:
+test-latest: install-energon
 	python3 -m venv --clear $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade torchvision
 	$(LATEST_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade -e '.[test,docs,ref]'
 	$(LATEST_VENV)/bin/python -m pytest -n 2
 	$(LATEST_VENV)/bin/python scripts/lock_check.py --report-only $(REF_LOCK)
 
-test-oldest:
+test-oldest: install-energon
 	$(call install_locked,$(OLDEST_VENV),requirements/oldest.txt)
 	$(OLDEST_VENV)/bin/python -m pytest -n 2
 

@@ -40,8 +40,8 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_the_four_locks_are_there():
-    assert {p.name for p in LOCKS} == {"core.txt", "ref.txt", "oldest.txt", "tools.txt"}
+def test_the_five_locks_are_there():
+    assert {p.name for p in LOCKS} == {"core.txt", "ref.txt", "oldest.txt", "tools.txt", "energon.txt"}
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
@@ -56,6 +56,12 @@ def test_every_package_is_pinned_with_a_hash_and_no_registry_is_named(lock):
     for entry in packages:
         assert re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*==\S+", entry), entry.splitlines()[0]
         assert "--hash=sha256:" in entry, entry.splitlines()[0]
+
+
+def test_the_energon_lock_is_energon_alone_at_the_core_versions():
+    core, energon = _lock_check().read_pins(REQ / "core.txt"), _lock_check().read_pins(REQ / "energon.txt")
+    assert "vlmpack-offline" not in energon and "transformers" not in energon
+    assert all(core[name] == version for name, version in energon.items()), "requirements/energon.in: -c core.txt"
 
 
 def test_the_core_lock_keeps_the_cpu_build_of_torch_and_ref_the_one_torchvision_pairs_with():

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
+import tarfile
 from collections import Counter
 
 import numpy as np
 import pytest
+from _layout_samples import CONVERSATIONS, SINGLE_IMAGE, SYSTEM, pack_through_plan
+from _packed_fixture import build_inputs
 from megatron.energon import (
     Cooker,
     DefaultTaskEncoder,
@@ -25,67 +29,15 @@ from megatron.energon import (
     WorkerConfig,
     get_loader,
     get_train_dataset,
-    reraise_exception,
     stateless,
 )
 from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.errors import LayoutError
+from vlmpack_offline.errors import ConfigError, LayoutError
 from vlmpack_offline.loader import PackDataset, PackEncoder, PackTaskEncoder
 from vlmpack_offline.plan_file import read_plan
-from vlmpack_offline.stages import bucket, plan, scan, verify, write
-from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, video_bytes, write_shard
-
-JPG, PNG = image_bytes(96, 64, seed=1), image_bytes(64, 80, fmt="PNG", seed=2)
-CLIP = video_bytes(8, 4, 64, 64, seed=3)
-
-
-def _hf(*turns, system=None, media=()):
-    """An HF-messages sample: turns alternate user / assistant, media items lead the first user turn."""
-    messages = [{"role": "system", "content": system}] if system else []
-    for index, text in enumerate(turns):
-        role = "user" if index % 2 == 0 else "assistant"
-        content = [{"type": kind, kind: part} for kind, part in media] if index == 0 else []
-        messages.append({"role": role, "content": content + [{"type": "text", "text": text}]})
-    return {"messages": messages}
-
-
-# key -> (json, media parts, what the trainer must see: [(role, text with placeholders)], media bytes in order)
-SINGLE_IMAGE = {
-    "cap_jpg": (_hf("Describe it.", "A gradient.", media=[("image", "img.jpg")]), {"img.jpg": JPG},
-                [("user", "<image>Describe it."), ("assistant", "A gradient.")], [JPG]),
-    "cap_png": (_hf("And this?", "Another one.", media=[("image", "p.png")]), {"p.png": PNG},
-                [("user", "<image>And this?"), ("assistant", "Another one.")], [PNG]),
-}  # fmt: skip
-CONVERSATIONS = {
-    **SINGLE_IMAGE,
-    "two_images": (_hf("Compare.", "Same size.", media=[("image", "a.jpg"), ("image", "b.png")]),
-                   {"a.jpg": JPG, "b.png": PNG},
-                   [("user", "<image><image>Compare."), ("assistant", "Same size.")], [JPG, PNG]),
-    "multi_turn": (_hf("Hi.", "Hello.", "And now?", "Now this."), {},
-                   [("user", "Hi."), ("assistant", "Hello."), ("user", "And now?"), ("assistant", "Now this.")], []),
-    "video": (_hf("What moves?", "A square.", media=[("video", "v.mp4")]), {"v.mp4": CLIP},
-              [("user", "<video>What moves?"), ("assistant", "A square.")], [CLIP]),
-}  # fmt: skip
-SYSTEM = {
-    "with_system": (_hf("Hi.", "Hello.", system="Be brief."), {},
-                    [("system", "Be brief."), ("user", "Hi."), ("assistant", "Hello.")], []),
-}  # fmt: skip
-
-
-def _pipeline(tmp_path, processor, samples: dict, sample_type: str):
-    write_shard(tmp_path / "wds" / "part-0.tar",
-                [SyntheticSample(key=key, json=js, media=media) for key, (js, media, _, _) in samples.items()])  # fmt: skip
-    config = config_from_dict({
-        "data": {"wds_dir": str(tmp_path / "wds"), "work_dir": str(tmp_path / "work"),
-                 "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 4096, "sample_type": sample_type},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
-    }, source="test")  # fmt: skip
-    for stage in (scan, bucket, plan):
-        assert stage.run(config).exit_code == 0
-    return config
+from vlmpack_offline.stages import verify, write
 
 
 def _media(value):
@@ -173,7 +125,7 @@ def _read_as_the_trainer(root) -> list[dict]:
     ("packed_multi_mix_qa", CONVERSATIONS), ("packed_chat_mix", CONVERSATIONS | SYSTEM),
 ])  # fmt: skip
 def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processor_dir, sample_type, samples):
-    config = _pipeline(tmp_path, qwen25_processor_dir, samples, sample_type)
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, samples, sample_type)
     assert write.run(config).exit_code == 0 and verify.run(config).exit_code == 0
     got = _read_as_the_trainer(config.packed_wds_dir)
     planned = sum(len(p.sample_ids) for p in read_plan(config.work_dir))
@@ -193,7 +145,7 @@ def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processo
     ("packed_multi_mix_qa", {"with_system": "a system prompt"}),
 ])  # fmt: skip
 def test_a_layout_that_cannot_hold_samples_refuses_before_any_tar(tmp_path, qwen25_processor_dir, sample_type, refused):
-    config = _pipeline(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM, sample_type)
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM, sample_type)
     with pytest.raises(LayoutError) as caught:
         write.run(config)
     message = str(caught.value)
@@ -204,21 +156,62 @@ def test_a_layout_that_cannot_hold_samples_refuses_before_any_tar(tmp_path, qwen
     assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
 
 
-def test_a_folder_read_as_another_layout_is_refused_naming_both(tmp_path, qwen25_processor_dir):
-    config = _pipeline(tmp_path, qwen25_processor_dir, SINGLE_IMAGE, "packed_vqa")
+def test_a_folder_read_as_another_layout_is_refused_naming_both(tmp_path, qwen25_processor_dir, capsys):
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, SINGLE_IMAGE, "packed_vqa")
     write.run(config)
     encoder = PackEncoder.from_packed_dir(config.packed_wds_dir, qwen25_processor_dir)
     other = PackEncoder(config_from_dict({**{"model": {"processor_kwargs": {
         "pretrained_model_name_or_path": str(qwen25_processor_dir)}}}, "sample": {"sample_type": "packed_chat_mix"}}))  # fmt: skip
     with pytest.raises(LayoutError, match="written as sample_type 'packed_vqa'.*reads 'packed_chat_mix'"):
         PackDataset(config.packed_wds_dir, other)
-    # energon logs a cooker's error and skips the sample by default; a training job sees that line for every pack
-    worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=reraise_exception)
-    dataset = get_train_dataset(config.packed_wds_dir, worker_config=worker_config, batch_size=1,
-                                shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
+    # energon hands a cooker's error to its error handler (by default: print it and skip the sample, every
+    # pack alike, until its failure tolerance stops the job); either way the refusal is what the user reads
+    dataset = get_train_dataset(config.packed_wds_dir, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+                                batch_size=1, shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
                                 task_encoder=PackTaskEncoder(encoder, sample_type="packed_chat_mix"))  # fmt: skip
-    with pytest.raises(LayoutError, match="written as sample_type 'packed_vqa'.*reads sample_type 'packed_chat_mix'"):
-        next(iter(get_loader(dataset)))
+    try:
+        batches = list(get_loader(dataset))
+    except Exception as exc:  # noqa: BLE001 - energon's own error types differ between its versions
+        chain, batches = [], []
+        while exc is not None:
+            chain.append(str(exc))
+            exc = exc.__cause__ or exc.__context__
+        capsys.readouterr()
+        said = "\n".join(chain)
+    else:
+        captured = capsys.readouterr()
+        said = captured.out + captured.err
+    assert batches == []
+    assert re.search("written as sample_type 'packed_vqa'.*reads sample_type 'packed_chat_mix'", said)
+
+
+def test_verify_finds_a_published_json_that_is_not_its_packs(tmp_path, qwen25_processor_dir):
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, SINGLE_IMAGE, "packed_vqa")
+    assert write.run(config).exit_code == 0 and verify.run(config).exit_code == 0
+    tar_path = next(config.packed_wds_dir.glob("pretrain-*.tar"))
+    with tarfile.open(tar_path) as tar:
+        member = next(m for m in tar if m.name.endswith(".json") and not m.name.endswith(".vlmpack.json"))
+    data = bytearray(tar_path.read_bytes())
+    at = data.index(b"A gradient.", member.offset_data)
+    data[at] = ord("B")  # same size: only the trainer's json changes, vlmpack.json and the index still agree
+    tar_path.write_bytes(bytes(data))
+    result = verify.run(config)
+    assert result.exit_code != 0
+    assert any("not the packed_vqa JSON of its vlmpack.json" in line for line in result.summary)
+
+
+def test_a_published_layout_needs_packs_of_one_media_type():
+    with pytest.raises(ConfigError, match="packed_multi_mix_qa holds one media kind per pack.*group_by: media_type"):
+        config_from_dict({"sample": {"sample_type": "packed_multi_mix_qa"}, "packing": {"group_by": "none"}})
+
+
+def test_a_pack_mixing_media_kinds_is_refused(tmp_path):
+    """A hand-made plan that mixes text, image and video samples in one pack (the plan stage never does
+    with packing.group_by: media_type): a published pack has one media_type."""
+    inputs = build_inputs(tmp_path, sample={"sample_type": "packed_chat_mix"})
+    with pytest.raises(LayoutError, match="a pack mixing image and text and video samples"):
+        write.run(inputs.config)
+    assert not list(inputs.config.packed_wds_dir.glob("pretrain-*.tar"))
 
 
 def test_an_unknown_layout_lists_the_valid_ones():

@@ -278,6 +278,8 @@ def test_inspect_summarizes_what_energon_info_would(tmp_path):
     root = inputs.config.packed_wds_dir
     assert yaml.safe_load((root / ".nv-meta" / "dataset.yaml").read_text()) == {
         "__module__": "megatron.energon", "__class__": "CrudeWebdataset", "subflavors": {"sample_type": "vlmpack_packed"}}
+    meta = root / ".nv-meta"  # energon 5 / 6 read .info.yaml, energon >= 7 .info.json: the same counts
+    assert yaml.safe_load((meta / ".info.yaml").read_text()) == json.loads((meta / ".info.json").read_text())
     out = summarize(root)
     n_val = sum(p.split == "val" for p in inputs.packs)
     assert f": {len(inputs.packs)} packs in " in out and "layout (sample_type) vlmpack_packed" in out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..packed_format import PackedSample
 
-__all__ = ["Layout", "MEDIA_KINDS", "flat_text", "media_of", "turns_of"]
+__all__ = ["Layout", "MEDIA_KINDS", "flat_text", "media_of", "pack_media_type", "sample_kind", "turns_of"]
 
 MEDIA_KINDS = ("image", "video")
 _PLACEHOLDER = {"image": "<image>", "video": "<video>"}
@@ -62,6 +62,13 @@ class Layout:
         """The ``json`` part the layout's trainer reads, built from vlmpack's pack (media already renamed)."""
         raise NotImplementedError
 
+    def pack_refusal(self, kinds: list[str]) -> str | None:
+        """Why a pack whose sub-samples are of these kinds (``sample_kind``) cannot be written; None if it can.
+        A published pack has one ``media_type``, as ``packing.group_by: media_type`` plans them."""
+        if len(set(kinds)) > 1:
+            return "a pack mixing " + " and ".join(sorted(set(kinds))) + " samples (plan with packing.group_by: media_type)"
+        return None
+
 
 def _common_refusal(messages: tuple[dict, ...]) -> str | None:
     """What no published layout can hold: both images and videos in one sub-sample (its trainer takes one
@@ -77,6 +84,12 @@ def _common_refusal(messages: tuple[dict, ...]) -> str | None:
             if item["type"] == "text" and any(tag in item["text"] for tag in _PLACEHOLDER.values()):
                 return "a literal <image> or <video> in the text"
     return None
+
+
+def sample_kind(messages: tuple[dict, ...]) -> str:
+    """``video`` if any video, else ``image`` if any image, else ``text`` (the scan's media_type)."""
+    kinds = {kind for kind, _ in media_of(messages)}
+    return "video" if "video" in kinds else "image" if "image" in kinds else "text"
 
 
 def pack_media_type(pack: PackedSample) -> str:

@@ -23,5 +23,8 @@ class VlmpackLayout(Layout):
     def refusal(self, messages: tuple[dict, ...]) -> str | None:
         return None
 
+    def pack_refusal(self, kinds: list[str]) -> str | None:
+        return None
+
     def pack_json(self, pack: PackedSample) -> dict:
         return pack.to_json()

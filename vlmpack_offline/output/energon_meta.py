@@ -10,6 +10,8 @@
                        subflavors: {sample_type: <sample.sample_type>}   (picks the trainer's cooker)
         split.yaml     split_parts: {train: [pretrain-000000.tar, ...], val: [...]}; exclude: []
         .info.json     {"shard_counts": {"pretrain-000000.tar": 812, ...}}
+        .info.yaml     the same as YAML: energon 5 and 6 read only this one (the published tool's trainer
+                       pins energon 5), energon >= 7 prefers .info.json
 
 This is what the published offline-packing tool writes, so its trainer and any energon (>= 7)
 install load the folder as it is. ``energon info`` cannot read a crude dataset.yaml (it looks up a
@@ -40,6 +42,7 @@ __all__ = [
     "write_dataset_yaml",
     "write_split_yaml",
     "write_info_json",
+    "INFO_FILES",
     "read_shard_counts",
     "read_split_parts",
     "energon_idx_offsets",
@@ -62,8 +65,14 @@ def write_split_yaml(out_dir: Path, split_parts: dict[str, list[str]]) -> None:
     atomic_write_text(out_dir / META_DIR / "split.yaml", yaml.safe_dump(body, sort_keys=False))
 
 
+INFO_FILES = (".info.json", ".info.yaml")
+
+
 def write_info_json(out_dir: Path, shard_counts: dict[str, int]) -> None:
-    atomic_write_text(out_dir / META_DIR / ".info.json", json.dumps({"shard_counts": shard_counts}, indent=2) + "\n")
+    """``.info.json`` and ``.info.yaml`` with the same ``shard_counts`` (see the module doc)."""
+    body = {"shard_counts": shard_counts}
+    atomic_write_text(out_dir / META_DIR / ".info.json", json.dumps(body, indent=2) + "\n")
+    atomic_write_text(out_dir / META_DIR / ".info.yaml", yaml.safe_dump(body, sort_keys=False))
 
 
 def read_shard_counts(out_dir: Path) -> dict[str, int]:

@@ -27,6 +27,7 @@ from ..artifacts import canonical_json
 from ..conversation import Conversation, parse_conversation
 from ..errors import LengthMismatchError, ShardError
 from ..layouts import Layout, layout_for
+from ..layouts.base import sample_kind
 from ..manifest import SampleRecord
 from ..packed_format import JSON_PART, PackedSample, PackedSubSample
 from ..reasons import DropError
@@ -253,6 +254,8 @@ def build_pack(
             mask.extend(tokens[1])
     sample = PackedSample(pack_id=pack_id, capacity=capacity, split=split, samples=tuple(subs))
     refusals = tuple((sub.id, why) for sub in subs if (why := layout.refusal(sub.messages)) is not None)
+    if not refusals and (why := layout.pack_refusal([sample_kind(sub.messages) for sub in subs])) is not None:
+        refusals = tuple((sub.id, why) for sub in subs)
     return BuiltPack(
         refusals=refusals,
         sample=sample,

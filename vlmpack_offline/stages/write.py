@@ -9,7 +9,7 @@
                     ──writer threads, one shard each, as soon as it closes──> pretrain-%06d.tar.tmp -> rename
                     (process.executor: ray: describe = one Ray task per chunk, writer = one per shard;
                      the driver alone keeps the marker and writes .nv-meta, so the bytes are the same)
-                    ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, vlmpack.json, vlmpack_write.json}
+                    ──> .nv-meta/{dataset.yaml, split.yaml, .info.json, .info.yaml, vlmpack.json, vlmpack_write.json}
 
 ``vlmpack.json`` records the model/video/sample settings the plan was made with and a
 hash of the processor files (``packed_settings.py``), for ``PackEncoder.from_packed_dir``.
@@ -60,6 +60,7 @@ from ..executor import check_executor, stage_map
 from ..layouts import Layout, layout_for
 from ..manifest import Manifest, SampleRecord, manifest_path
 from ..output.energon_meta import (
+    INFO_FILES,
     META_DIR,
     run_energon_prepare,
     write_dataset_yaml,
@@ -81,7 +82,7 @@ from ..tario import open_source, sample_digest, source_stat
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
 MARKER_NAME = "vlmpack_write.json"
-_OUR_META = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, MARKER_NAME)
+_OUR_META = ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
 _RESERVE = 256  # most shard numbers one marker update records ahead of the shard being started
 _SHARD_FILE = re.compile(r"(pretrain-\d{6}\.tar)(?:\.idx)?(?:\.tmp)?")
@@ -486,7 +487,7 @@ def _all_held(config: Config, described: list[tuple[list[int], list[tuple[str, s
 def _refuse_foreign_output(out_dir: Path) -> None:
     """Without our marker, refuse a folder holding files this stage would overwrite."""
     names = _shard_names_present(out_dir)
-    meta = [n for n in ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME) if (out_dir / META_DIR / n).exists()]
+    meta = [n for n in ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME) if (out_dir / META_DIR / n).exists()]
     if names or meta:
         found = ", ".join(names[:3] + [f"{META_DIR}/{n}" for n in meta])
         raise StaleArtifactError(
