@@ -31,6 +31,12 @@ SINGLE_IMAGE = {
     "cap_png": (hf("And this?", "Another one.", media=[("image", "p.png")]), {"p.png": PNG},
                 [("user", "<image>And this?"), ("assistant", "Another one.")], [PNG]),
 }  # fmt: skip
+CAPTIONS = {  # an image and its caption: no prompt text (the captioning trainer trains on the caption alone)
+    "caption_jpg": (hf("", "A gradient.", media=[("image", "img.jpg")]), {"img.jpg": JPG},
+                    [("user", "<image>"), ("assistant", "A gradient.")], [JPG]),
+    "caption_png": (hf("", "Another one.", media=[("image", "p.png")]), {"p.png": PNG},
+                    [("user", "<image>"), ("assistant", "Another one.")], [PNG]),
+}  # fmt: skip
 CONVERSATIONS = {
     **SINGLE_IMAGE,
     "two_images": (hf("Compare.", "Same size.", media=[("image", "a.jpg"), ("image", "b.png")]),
@@ -38,8 +44,15 @@ CONVERSATIONS = {
                    [("user", "<image><image>Compare."), ("assistant", "Same size.")], [JPG, PNG]),
     "multi_turn": (hf("Hi.", "Hello.", "And now?", "Now this."), {},
                    [("user", "Hi."), ("assistant", "Hello."), ("user", "And now?"), ("assistant", "Now this.")], []),
+    "odd_name": (hf("What?", "A photo.", media=[("image", "photo")]), {"photo": JPG},  # no image extension
+                 [("user", "<image>What?"), ("assistant", "A photo.")], [JPG]),
     "video": (hf("What moves?", "A square.", media=[("video", "v.mp4")]), {"v.mp4": CLIP},
               [("user", "<video>What moves?"), ("assistant", "A square.")], [CLIP]),
+}  # fmt: skip
+LATE_SYSTEM = {  # a system turn after the first turn: packed_chat_mix's trainer would move it to the front
+    "late_system": ({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
+                                  {"role": "system", "content": "Now be brief."}, {"role": "user", "content": "And?"},
+                                  {"role": "assistant", "content": "Done."}]}, {}, [], []),
 }  # fmt: skip
 SYSTEM = {
     "with_system": (hf("Hi.", "Hello.", system="Be brief."), {},

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _layout_samples import CONVERSATIONS, SINGLE_IMAGE, SYSTEM, pack_through_plan
+from _layout_samples import CAPTIONS, CONVERSATIONS, SINGLE_IMAGE, SYSTEM, pack_through_plan
 
 from vlmpack_offline.plan_file import read_plan
 from vlmpack_offline.stages import write
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENERGON_PYTHON = ROOT / ".venv-energon" / "bin" / "python"
 
 LAYOUTS = {"vlmpack_packed": CONVERSATIONS | SYSTEM, "packed_chat_mix": CONVERSATIONS | SYSTEM,
-           "packed_multi_mix_qa": CONVERSATIONS, "packed_captioning": SINGLE_IMAGE, "packed_vqa": SINGLE_IMAGE}  # fmt: skip
+           "packed_multi_mix_qa": CONVERSATIONS, "packed_captioning": CAPTIONS, "packed_vqa": SINGLE_IMAGE}  # fmt: skip
 
 
 def test_every_layout_opens_with_energon_alone(tmp_path, qwen25_processor_dir):

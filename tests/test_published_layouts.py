@@ -12,6 +12,7 @@ the same folders (``vlmpack.json``); a layout that cannot hold a sample is refus
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import re
@@ -20,7 +21,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from _layout_samples import CONVERSATIONS, SINGLE_IMAGE, SYSTEM, pack_through_plan
+from _layout_samples import CAPTIONS, CONVERSATIONS, LATE_SYSTEM, SINGLE_IMAGE, SYSTEM, pack_through_plan
 from _packed_fixture import build_inputs
 from megatron.energon import (
     Cooker,
@@ -121,7 +122,7 @@ def _read_as_the_trainer(root) -> list[dict]:
 
 
 @pytest.mark.parametrize(("sample_type", "samples"), [
-    ("packed_captioning", SINGLE_IMAGE), ("packed_vqa", SINGLE_IMAGE),
+    ("packed_captioning", CAPTIONS), ("packed_vqa", SINGLE_IMAGE),
     ("packed_multi_mix_qa", CONVERSATIONS), ("packed_chat_mix", CONVERSATIONS | SYSTEM),
 ])  # fmt: skip
 def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processor_dir, sample_type, samples):
@@ -141,18 +142,24 @@ def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processo
 
 @pytest.mark.parametrize(("sample_type", "refused"), [
     ("packed_vqa", {"two_images": "not exactly one image", "multi_turn": "not one user turn",
-                    "video": "not exactly one image", "with_system": "not one user turn"}),
-    ("packed_multi_mix_qa", {"with_system": "a system prompt"}),
+                    "video": "not exactly one image", "with_system": "not one user turn",
+                    "late_system": "not one user turn"}),
+    ("packed_multi_mix_qa", {"with_system": "a system prompt", "late_system": "a system prompt"}),
+    ("packed_chat_mix", {"late_system": "a system turn that is not the first"}),
+    ("packed_captioning", {"cap_jpg": "a prompt", "cap_png": "a prompt", "odd_name": "a prompt",
+                           "two_images": "not exactly one image",
+                           "multi_turn": "not one user turn", "video": "not exactly one image",
+                           "with_system": "not one user turn", "late_system": "not one user turn"}),
 ])  # fmt: skip
 def test_a_layout_that_cannot_hold_samples_refuses_before_any_tar(tmp_path, qwen25_processor_dir, sample_type, refused):
-    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM, sample_type)
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM | LATE_SYSTEM, sample_type)
     with pytest.raises(LayoutError) as caught:
         write.run(config)
     message = str(caught.value)
     assert f"{len(refused)} of the planned samples cannot be written" in message
     for why in refused.values():
         assert why in message
-    assert "packed_chat_mix" in message  # the layout that holds them
+    assert "packed_chat_mix or vlmpack_packed" in message  # the layouts that hold more
     assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
 
 
@@ -183,6 +190,26 @@ def test_a_folder_read_as_another_layout_is_refused_naming_both(tmp_path, qwen25
         said = captured.out + captured.err
     assert batches == []
     assert re.search("written as sample_type 'packed_vqa'.*reads sample_type 'packed_chat_mix'", said)
+
+
+def test_a_refused_layout_leaves_the_previous_output_as_it_was(tmp_path, qwen25_processor_dir):
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS, "vlmpack_packed")
+    assert write.run(config).exit_code == 0
+    before = {p.name: p.read_bytes() for p in config.packed_wds_dir.rglob("*") if p.is_file()}
+    vqa = dataclasses.replace(config, sample=dataclasses.replace(config.sample, sample_type="packed_vqa"))
+    with pytest.raises(LayoutError, match="nothing was written or removed"):
+        write.run(vqa)
+    assert {p.name: p.read_bytes() for p in config.packed_wds_dir.rglob("*") if p.is_file()} == before
+    assert verify.run(config).exit_code == 0
+
+
+def test_verify_refuses_a_dataset_yaml_of_an_older_vlmpack(tmp_path, qwen25_processor_dir):
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CAPTIONS, "vlmpack_packed")
+    assert write.run(config).exit_code == 0
+    (config.packed_wds_dir / ".nv-meta" / "dataset.yaml").write_text(
+        "__module__: vlmpack_offline.output.energon_dataset\n__class__: PackedCrudeWebdataset\n")
+    result = verify.run(config)
+    assert result.exit_code != 0 and "not energon's own CrudeWebdataset" in result.summary[0]
 
 
 def test_verify_finds_a_published_json_that_is_not_its_packs(tmp_path, qwen25_processor_dir):

@@ -16,12 +16,22 @@ those reasons over the whole plan and refuses before any tar is written.
 
 from __future__ import annotations
 
+from ..conversation import media_kind_of_part
 from ..packed_format import PackedSample
 
 __all__ = ["Layout", "MEDIA_KINDS", "flat_text", "media_of", "pack_media_type", "sample_kind", "turns_of"]
 
 MEDIA_KINDS = ("image", "video")
 _PLACEHOLDER = {"image": "<image>", "video": "<video>"}
+
+
+def decodable_extension(source_part: str, kind: str) -> str:
+    """The source part's extension when it names the item's kind (``image`` / ``video``), else ``jpg`` or
+    ``mp4``: energon picks a part's decoder by its name alone, the decoders then read the bytes."""
+    ext = source_part.rsplit(".", 1)[-1].lower()
+    if media_kind_of_part(source_part) == kind:
+        return ext
+    return "mp4" if kind == "video" else "jpg"
 
 
 def media_of(messages: tuple[dict, ...] | list[dict]) -> list[tuple[str, str]]:
@@ -49,10 +59,9 @@ class Layout:
     #: what the layout can hold, for messages and docs
     holds: str = ""
 
-    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str) -> str:
-        """The member name (after the key) of a media item: a real extension, so energon decodes it."""
-        ext = source_part.rsplit(".", 1)[-1].lower()
-        return f"s{sub_index:03d}_{index_in_sub}.{ext}"
+    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str, kind: str) -> str:
+        """The member name (after the key) of a media item: ``s000_0.jpg``, with an extension energon decodes."""
+        return f"s{sub_index:03d}_{index_in_sub}.{decodable_extension(source_part, kind)}"
 
     def refusal(self, messages: tuple[dict, ...]) -> str | None:
         """Why this layout cannot hold one sub-sample (canonical messages) without loss; None if it can."""

@@ -23,7 +23,7 @@ __all__ = ["CaptioningLayout", "VqaLayout"]
 class _SingleImageLayout(Layout):
     holds = "one user turn with exactly one image, and one answer"
 
-    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str) -> str:
+    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str, kind: str) -> str:
         return f"img{sub_index}.jpg"
 
     def refusal(self, messages: tuple[dict, ...]) -> str | None:
@@ -44,6 +44,14 @@ class _SingleImageLayout(Layout):
 
 class CaptioningLayout(_SingleImageLayout):
     name = "packed_captioning"
+    holds = "one user turn holding one image and no text, and its caption"
+
+    def refusal(self, messages: tuple[dict, ...]) -> str | None:
+        if (why := super().refusal(messages)) is not None:
+            return why
+        if any(item["type"] == "text" and item["text"].strip() for item in messages[0]["content"]):
+            return "a prompt (its trainer trains on the caption alone and drops the prompt)"
+        return None
 
 
 class VqaLayout(_SingleImageLayout):

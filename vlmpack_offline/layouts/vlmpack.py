@@ -17,7 +17,7 @@ class VlmpackLayout(Layout):
     published = False
     holds = "every sample the scan accepts (multi-turn, system prompts, images and videos together)"
 
-    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str) -> str:
+    def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str, kind: str) -> str:
         return media_part_name(index_in_pack, source_part)
 
     def refusal(self, messages: tuple[dict, ...]) -> str | None:

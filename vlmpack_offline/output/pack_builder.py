@@ -192,7 +192,8 @@ def _sub_sample(
         if ref.part in renamed:
             continue
         name = layout.media_part(
-            sub_index=sub_index, index_in_pack=first_index + len(media), index_in_sub=len(renamed), source_part=ref.part
+            sub_index=sub_index, index_in_pack=first_index + len(media), index_in_sub=len(renamed),
+            source_part=ref.part, kind=ref.kind,
         )
         renamed[ref.part] = name
         src_offset, src_size = record.member(ref.part)

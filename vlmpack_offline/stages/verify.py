@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from ..config import Config
 from ..errors import ConfigError, PlanError
@@ -152,6 +153,21 @@ def _ids_shape(data: bytes) -> tuple[int, ...]:
     return tuple(np.load(io.BytesIO(data), allow_pickle=False).shape)
 
 
+def _dataset_yaml_problem(out_dir: Path, sample_type: str) -> str | None:
+    """``.nv-meta/dataset.yaml`` must be energon's own CrudeWebdataset with this config's layout."""
+    path = out_dir / ".nv-meta" / "dataset.yaml"
+    if not path.is_file():
+        return f"{path}: missing (run `vlmpack write`)"
+    body = yaml.safe_load(path.read_text()) or {}
+    if (body.get("__module__"), body.get("__class__")) != ("megatron.energon", "CrudeWebdataset"):
+        return (f"{path}: names {body.get('__module__')}.{body.get('__class__')}, not energon's own CrudeWebdataset "
+                "(a folder from an older vlmpack): rerun `vlmpack write`")
+    written = (body.get("subflavors") or {}).get("sample_type")
+    if written != sample_type:
+        return f"{path}: written as sample_type {written!r}, the config reads {sample_type!r}: use the config it was written with"
+    return None
+
+
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
     out_dir = config.packed_wds_dir
@@ -163,6 +179,9 @@ def run(config: Config) -> StageResult:
     except FileNotFoundError as exc:
         problems = [f"{exc.filename}: missing (run `vlmpack write`)"]
         return StageResult(stage="verify", summary=problems, counts={"problems": 1}, exit_code=1)
+    dataset_problem = _dataset_yaml_problem(out_dir, config.sample.sample_type)
+    if dataset_problem:  # every pack would fail on the layout: one line says why
+        return StageResult(stage="verify", summary=[dataset_problem], counts={"problems": 1}, exit_code=1)
     split_of = {name: split for split, names in split_parts.items() for name in names}
     with Manifest(manifest_path(config.work_dir)) as manifest:
         files = SourceFiles(check_sources(manifest))

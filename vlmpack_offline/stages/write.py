@@ -2,6 +2,8 @@
 
 ::
 
+    (a published layout, sample.sample_type: every planned sample's JSON is checked first, in parallel,
+     and a sample the layout cannot hold stops the stage before the output folder is touched)
     pack_plan.npz ──describe (parallel, chunks of 64 packs)──> .nv-meta/vlmpack-build/packs-*.bin
                     (JSON part bytes + media byte ranges per pack; gives each pack's tar size;
                      JSON header + raw bytes, bound to the run's fingerprint: output/scratch.py)
@@ -84,6 +86,9 @@ __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 MARKER_NAME = "vlmpack_write.json"
 _OUR_META = ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
+# what .nv-meta holds; raised when it changes, so a finished folder is rewritten (2: energon's own
+# CrudeWebdataset instead of vlmpack's class, and .info.yaml)
+ENERGON_META_VERSION = 2
 _RESERVE = 256  # most shard numbers one marker update records ahead of the shard being started
 _SHARD_FILE = re.compile(r"(pretrain-\d{6}\.tar)(?:\.idx)?(?:\.tmp)?")
 
@@ -96,6 +101,7 @@ def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | No
         plan=plan_fingerprint,
         settings=fingerprint(settings),
         format=PACK_FORMAT,
+        energon_meta=ENERGON_META_VERSION,
         sample_type=config.sample.sample_type,
         capacity=config.sample.max_token_len,
         template_text_key=config.data.template_text_key,
@@ -453,11 +459,10 @@ def _describe_and_write(
                         _write_marker(out_dir, fp, complete=False, shards=started[0])
                     futures.append(writers.submit((job, _chunk_ids(plan.n_packs, job))))
 
-        described = _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK))
-        if layout_for(config.sample.sample_type).published:  # every pack described (and checked) before any tar
-            described = _all_held(config, list(described))
         position = 0
-        for sizes, _ in described:
+        for sizes, refusals in _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK)):
+            if refusals:  # _check_layout_holds ran first: only a source changed since then gets here
+                _refuse(config, refusals)
             for size in sizes:
                 submit(assigner.add(position, size))
                 position += 1
@@ -466,18 +471,42 @@ def _describe_and_write(
     return jobs, len(written)
 
 
-def _all_held(config: Config, described: list[tuple[list[int], list[tuple[str, str]]]]) -> list:
-    """``described`` when the layout holds every sub-sample; else a ``LayoutError`` with each reason's count."""
-    refusals = [r for _, chunk in described for r in chunk]
-    if not refusals:
-        return described
+def _layout_refusals(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> list[tuple[str, str]]:
+    """(sample id, why) for each planned sub-sample of these packs the layout cannot hold (reads their JSON)."""
+    config, shard_paths, packs = args
+    records = _records_for(config, packs)
+    files = SourceFiles(shard_paths)
+    try:
+        return [r for pack in packs for r in build_pack(
+            pack_id=pack.pack_id, split=pack.split, capacity=config.sample.max_token_len, sample_ids=pack.sample_ids,
+            records=records, files=files, template_text_key=config.data.template_text_key,
+            sample_type=config.sample.sample_type,
+        ).refusals]  # fmt: skip
+    finally:
+        files.close()
+
+
+def _check_layout_holds(config: Config, shard_paths: dict[str, str], plan: PlanArrays) -> None:
+    """A published layout must hold every planned sample: checked over the whole plan (the JSON members
+    only) before the output folder is touched, so a refusal deletes and writes nothing."""
+    packs = read_plan(config.work_dir, plan)
+    chunks = ((config, shard_paths, tuple(islice(packs, _SIZE_CHUNK))) for _ in range(0, plan.n_packs, _SIZE_CHUNK))
+    n_chunks = -(-plan.n_packs // _SIZE_CHUNK)
+    refusals = [r for chunk in stage_map(config.process, _layout_refusals, chunks, workers=min(config.process.workers, n_chunks),
+                                         ordered=True, stage="write-check", own_process=n_chunks > 1) for r in chunk]  # fmt: skip
+    if refusals:
+        _refuse(config, refusals)
+
+
+def _refuse(config: Config, refusals: list[tuple[str, str]]) -> None:
+    """A ``LayoutError`` with each reason's count and an example sample."""
     layout = layout_for(config.sample.sample_type)
     by_reason = Counter(why for _, why in refusals)
     first = {why: sample_id for sample_id, why in reversed(refusals)}
     lines = [f"  {n} with {why} (e.g. {first[why]})" for why, n in by_reason.most_common()]
     raise LayoutError(
         f"{config.source}: sample.sample_type {layout.name} holds {layout.holds}; {len(refusals)} of the planned "
-        f"samples cannot be written in it without loss (nothing was written):\n" + "\n".join(lines) + "\n"
+        f"samples cannot be written in it without loss (nothing was written or removed):\n" + "\n".join(lines) + "\n"
         "  use sample.sample_type: packed_chat_mix or vlmpack_packed for such data (docs/switch.md), "
         "or filter those samples out of the input"
     )
@@ -557,6 +586,10 @@ def run(config: Config) -> StageResult:
         c = marker.get("counts", {})
         summary = [f"{c.get('packs', '?')} packs ({c.get('samples', '?')} samples) in {c.get('shards', '?')} shards -> {out_dir}"]
         return StageResult(stage="write", skipped=True, summary=summary, counts=c, seconds=time.perf_counter() - started)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        shard_paths = check_sources(manifest)
+    if layout_for(config.sample.sample_type).published:
+        _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     rebuilt = False
     if marker and marker.get("fingerprint") != fp:
         _clear_output(out_dir, marker)
@@ -565,8 +598,6 @@ def run(config: Config) -> StageResult:
         _refuse_foreign_output(out_dir)
     recorded = _recorded_shards(marker) if not rebuilt else 0
     _materializer(config)  # fail early on a bad tokenizer setup, before any output
-    with Manifest(manifest_path(config.work_dir)) as manifest:
-        shard_paths = check_sources(manifest)
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
     reserved = _reserve_through(recorded)  # names for the first shards, recorded before any describing
     _write_marker(out_dir, fp, complete=False, shards=reserved)
