@@ -27,15 +27,23 @@ from megatron.energon import (
     stateless,
 )
 
+_MEDIA = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".mp4", ".avi", ".mov", ".mkv", ".webm")
+
 
 @stateless
 def parts_of(sample: dict) -> dict:
-    """The crude sample's part names, as a trainer's cooker receives them."""
+    """The crude sample's part names, as a trainer's cooker receives them; a media part still raw bytes
+    after energon's decoder is an error (energon picks the decoder by the name)."""
+    raw = [k for k, v in sample.items() if k.lower().endswith(_MEDIA) and isinstance(v, (bytes, bytearray))]
+    if raw:
+        raise SystemExit(f"{sample['__key__']}: media parts {raw} were not decoded by energon")
     return {"key": sample["__key__"], "parts": sorted(k for k in sample if not k.startswith("__"))}
 
 
 class AnyLayout(DefaultTaskEncoder):
-    decoder = None  # raw bytes: the check is about loading, not decoding
+    """energon's default decoder (images to tensors, videos to its AV decoder, by each part's extension):
+    every media part must decode in a plain energon install."""
+
     cookers = [Cooker(parts_of)]
 
     def batch(self, samples):

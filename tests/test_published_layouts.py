@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
 import re
 import tarfile
 from collections import Counter
@@ -159,8 +160,13 @@ def test_a_layout_that_cannot_hold_samples_refuses_before_any_tar(tmp_path, qwen
     assert f"{len(refused)} of the planned samples cannot be written" in message
     for why in refused.values():
         assert why in message
-    assert "packed_chat_mix or vlmpack_packed" in message  # the layouts that hold more
+    assert "vlmpack_packed holds every sample" in message and (sample_type == "packed_chat_mix") != (
+        "packed_chat_mix or vlmpack_packed" in message)  # the layouts that hold more, never the one that refused
     assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
+    listed = [json.loads(line) for line in (config.work_dir / "layout_refused.jsonl").read_text().splitlines()]
+    reasons = {row["id"]: row["reason"] for row in listed}  # every refused sample, to filter out of the input
+    assert reasons.keys() == {f"part-0.tar/{key}" for key in refused}
+    assert all(why in reasons[f"part-0.tar/{key}"] for key, why in refused.items())
 
 
 def test_a_folder_read_as_another_layout_is_refused_naming_both(tmp_path, qwen25_processor_dir, capsys):

@@ -89,7 +89,7 @@ def _common_refusal(messages: tuple[dict, ...]) -> str | None:
     for message in messages:
         for item in message["content"]:
             if item["type"] in MEDIA_KINDS and message["role"] != "user":
-                return f"media in a {message['role']} turn"
+                return f"media in {'an' if message['role'][0] in 'aeiou' else 'a'} {message['role']} turn"
             if item["type"] == "text" and any(tag in item["text"] for tag in _PLACEHOLDER.values()):
                 return "a literal <image> or <video> in the text"
     return None

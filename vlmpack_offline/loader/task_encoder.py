@@ -32,6 +32,7 @@ energon reports, instead of a silent hang in the queue's feeder thread).
 from __future__ import annotations
 
 from megatron.energon import Cooker, DefaultTaskEncoder, stateless
+from megatron.energon.errors import FatalSampleError
 from torch.utils.data import get_worker_info
 
 from ..errors import LayoutError
@@ -39,7 +40,12 @@ from .batch import PackBatch, ensure_picklable
 from .cooker import DEFAULT_SAMPLE_TYPE, CookedPack, cooker
 from .encoder import PackEncoder
 
-__all__ = ["PackTaskEncoder"]
+__all__ = ["PackTaskEncoder", "LayoutMismatch"]
+
+
+class LayoutMismatch(LayoutError, FatalSampleError):
+    """A dataset of another layout than the task encoder reads: fatal for every pack alike, so energon
+    stops at the first one instead of logging and skipping each (its ``FatalSampleError``)."""
 
 
 class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackBatch]):
@@ -57,11 +63,11 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
     @stateless
     def refuse_other_layout(self, sample: dict):
         found = (sample.get("__subflavors__") or {}).get("sample_type")
-        raise LayoutError(
+        raise LayoutMismatch(
             f"pack {sample.get('__key__', '?')!r} comes from a dataset written as sample_type {found!r}, but this "
-            f"PackTaskEncoder reads sample_type {self.sample_type!r}: build its encoder with "
-            "PackEncoder.from_packed_dir(<that folder>) (it records the layout), or pass sample_type="
-            f"{found!r}"
+            f"PackTaskEncoder reads sample_type {self.sample_type!r}: build it as PackTaskEncoder("
+            "PackEncoder.from_packed_dir(<that folder>)) (the folder records its layout), or as "
+            f"PackTaskEncoder(encoder, sample_type={found!r}); one task encoder reads folders of one layout"
         )
 
     def encode_sample(self, sample: CookedPack) -> PackBatch:

@@ -498,17 +498,26 @@ def _check_layout_holds(config: Config, shard_paths: dict[str, str], plan: PlanA
         _refuse(config, refusals)
 
 
+REFUSED_NAME = "layout_refused.jsonl"  # in work_dir: every sample the layout refused, with why
+
+
 def _refuse(config: Config, refusals: list[tuple[str, str]]) -> None:
-    """A ``LayoutError`` with each reason's count and an example sample."""
+    """A ``LayoutError`` with each reason's count and an example; every refused sample listed in
+    ``work_dir/layout_refused.jsonl`` (``{"id", "reason", "sample_type"}`` per line), so it can be filtered out."""
     layout = layout_for(config.sample.sample_type)
+    listing = config.work_dir / REFUSED_NAME
+    atomic_write_text(listing, "".join(
+        json.dumps({"id": sample_id, "reason": why, "sample_type": layout.name}, ensure_ascii=False) + "\n"
+        for sample_id, why in refusals))  # fmt: skip
     by_reason = Counter(why for _, why in refusals)
     first = {why: sample_id for sample_id, why in reversed(refusals)}
     lines = [f"  {n} with {why} (e.g. {first[why]})" for why, n in by_reason.most_common()]
+    others = [name for name in ("packed_chat_mix", "vlmpack_packed") if name != layout.name]
     raise LayoutError(
         f"{config.source}: sample.sample_type {layout.name} holds {layout.holds}; {len(refusals)} of the planned "
         f"samples cannot be written in it without loss (nothing was written or removed):\n" + "\n".join(lines) + "\n"
-        "  use sample.sample_type: packed_chat_mix or vlmpack_packed for such data (docs/switch.md), "
-        "or filter those samples out of the input"
+        f"  every one is listed in {listing}; filter them out of the input, or use sample.sample_type: "
+        f"{' or '.join(others)} for such data (vlmpack_packed holds every sample; docs/switch.md)"
     )
 
 
@@ -590,6 +599,7 @@ def run(config: Config) -> StageResult:
         shard_paths = check_sources(manifest)
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
+    (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds
     rebuilt = False
     if marker and marker.get("fingerprint") != fp:
         _clear_output(out_dir, marker)
