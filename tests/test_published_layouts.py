@@ -65,10 +65,16 @@ def _expected_media(data: bytes):
 # -- what the published trainer's cookers read, per layout (LoongForge task_encoder.py, see module doc) --
 @stateless
 def cook_single_image(sample: dict) -> dict:
-    data = sample["json"]
+    data = _json(sample)
     images = [sample.get(f"img{i}.jpg") for i in range(len(data["images"]))]
     return {"subs": [{"turns": [("user", p), ("assistant", c)], "media": [img]}
                      for p, c, img in zip(data["prompts"], data["captions"], images, strict=True)]}  # fmt: skip
+
+
+def _json(sample: dict) -> dict:
+    """The json part: energon's decoder gives a dict; undecoded (``RawBytesReader``) it is bytes."""
+    value = sample["json"]
+    return json.loads(value) if isinstance(value, (bytes, bytearray)) else value
 
 
 def _as_list(value) -> list[str]:
@@ -77,7 +83,7 @@ def _as_list(value) -> list[str]:
 
 @stateless
 def cook_multi_mix_qa(sample: dict) -> dict:
-    data = sample["json"]
+    data = _json(sample)
     assert data["media_type"] in ("image", "video", "text")
     prompts, captions = data["texts"]["prompts"], data["texts"]["captions"]
     subs = []
@@ -90,7 +96,7 @@ def cook_multi_mix_qa(sample: dict) -> dict:
 
 @stateless
 def cook_chat_mix(sample: dict) -> dict:
-    data = sample["json"]
+    data = _json(sample)
     assert data["media_type"] in ("image", "video", "text") and len(data["media_files"]) == len(data["messages"])
     return {"subs": [{"turns": [(m["role"], m["content"]) for m in entry["messages"]],
                       "media": [sample.get(name) for name in group]}
@@ -115,10 +121,16 @@ class PublishedTrainerReader(DefaultTaskEncoder):
         return samples
 
 
-def _read_as_the_trainer(root) -> list[dict]:
+class RawBytesReader(PublishedTrainerReader):
+    """The same cookers without decoding: each media part's bytes as stored."""
+
+    decoder = None
+
+
+def _read_as_the_trainer(root, reader=PublishedTrainerReader) -> list[dict]:
     worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0)
     dataset = get_train_dataset(root, worker_config=worker_config, batch_size=1, shuffle_buffer_size=None,
-                                max_samples_per_sequence=None, task_encoder=PublishedTrainerReader(), repeat=False)  # fmt: skip
+                                max_samples_per_sequence=None, task_encoder=reader(), repeat=False)  # fmt: skip
     return [sub for batch in get_loader(dataset) for cooked in batch for sub in cooked["subs"]]
 
 
@@ -135,6 +147,10 @@ def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processo
     want = Counter(repr((turns, [_expected_media(m) for m in media])) for _, _, turns, media in samples.values())
     seen = Counter(repr(([tuple(t) for t in sub["turns"]], [_media(m) for m in sub["media"]])) for sub in got)
     assert seen == want  # same prompts, answers and media (decoded as the trainer decodes them) per sub-sample
+    raw = Counter(repr(([tuple(t) for t in sub["turns"]], [hashlib.sha256(m).hexdigest() for m in sub["media"]]))
+                  for sub in _read_as_the_trainer(config.packed_wds_dir, RawBytesReader))  # fmt: skip
+    assert raw == Counter(repr((turns, [hashlib.sha256(m).hexdigest() for m in media]))
+                          for _, _, turns, media in samples.values())  # and the media bytes are the input's  # fmt: skip
     # vlmpack's own loader reads the same folder (vlmpack.json beside the layout's json), at the planned lengths
     encoder = PackEncoder.from_packed_dir(config.packed_wds_dir, qwen25_processor_dir)
     batches = list(PackDataset(config.packed_wds_dir, encoder, split="train"))
