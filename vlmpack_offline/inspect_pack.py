@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from .errors import ShardError, VlmpackError
-from .output.energon_meta import META_DIR
+from .output.energon_meta import META_DIR, read_dataset_yaml, written_layout
 
 __all__ = ["summarize", "describe_pack"]
 
@@ -36,8 +36,7 @@ def summarize(packed_dir: str | Path) -> str:
     parts = (yaml.safe_load(split_yaml.read_text()) or {}).get("split_parts") or {}
     counts = json.loads(info.read_text())["shard_counts"]
     total = sum(counts.values())
-    dataset = yaml.safe_load((root / META_DIR / "dataset.yaml").read_text()) if (root / META_DIR / "dataset.yaml").is_file() else {}
-    layout = ((dataset or {}).get("subflavors") or {}).get("sample_type")
+    layout = written_layout(read_dataset_yaml(root))
     # what `energon info` shows for a dataset (it cannot read a crude dataset.yaml: docs/format.md)
     lines = [f"packed dataset {root}: {total} packs in {len(counts)} shards, layout (sample_type) {layout}"]
     for split, shards in parts.items():

@@ -68,7 +68,8 @@ class Layout:
         return _common_refusal(messages)
 
     def pack_json(self, pack: PackedSample) -> dict:
-        """The ``json`` part the layout's trainer reads, built from vlmpack's pack (media already renamed)."""
+        """The ``json`` part a published layout's trainer reads, built from vlmpack's pack (media already
+        renamed); vlmpack's own layout writes the pack's JSON itself (``pack_builder.layout_json_bytes``)."""
         raise NotImplementedError
 
     def pack_refusal(self, kinds: list[str]) -> str | None:

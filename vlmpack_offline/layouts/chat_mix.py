@@ -19,7 +19,7 @@ outside user turns, or a literal placeholder in its text.
 from __future__ import annotations
 
 from ..packed_format import PackedSample, pack_key
-from .base import Layout, _common_refusal, flat_text, media_of, pack_media_type, turns_of
+from .base import Layout, flat_text, media_of, pack_media_type, turns_of
 
 __all__ = ["ChatMixLayout", "meta_of"]
 
@@ -39,7 +39,7 @@ class ChatMixLayout(Layout):
         # the trainer lifts the system message out of the list and puts it first (LoongForge _parse_messages)
         if "system" in turns_of(messages)[1:]:
             return "a system turn that is not the first (its trainer moves it to the front)"
-        return _common_refusal(messages)
+        return super().refusal(messages)
 
     def pack_json(self, pack: PackedSample) -> dict:
         return {

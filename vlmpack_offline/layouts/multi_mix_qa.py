@@ -15,7 +15,7 @@ published writer kept only the first pair and dropped the rest, vlmpack keeps ev
 from __future__ import annotations
 
 from ..packed_format import PackedSample
-from .base import Layout, _common_refusal, flat_text, media_of, pack_media_type, turns_of
+from .base import Layout, flat_text, media_of, pack_media_type, turns_of
 from .chat_mix import meta_of
 
 __all__ = ["MultiMixQaLayout"]
@@ -35,7 +35,7 @@ class MultiMixQaLayout(Layout):
             return "a system prompt (its trainer builds no system turn)"
         if len(roles) % 2 or roles != ["user", "assistant"] * (len(roles) // 2):
             return "turns that are not user / assistant pairs"
-        return _common_refusal(messages)
+        return super().refusal(messages)
 
     def pack_json(self, pack: PackedSample) -> dict:
         prompts, captions = [], []

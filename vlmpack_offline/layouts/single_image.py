@@ -15,7 +15,7 @@ assistant answer, no system prompt, no video. ``packed_captioning`` trains on th
 from __future__ import annotations
 
 from ..packed_format import PackedSample
-from .base import Layout, _common_refusal, flat_text, media_of, turns_of
+from .base import Layout, flat_text, media_of, turns_of
 
 __all__ = ["CaptioningLayout", "VqaLayout"]
 
@@ -32,7 +32,7 @@ class _SingleImageLayout(Layout):
         media = media_of(messages)
         if len(media) != 1 or media[0][0] != "image":
             return "not exactly one image"
-        return _common_refusal(messages)
+        return super().refusal(messages)
 
     def pack_json(self, pack: PackedSample) -> dict:
         return {

@@ -6,7 +6,7 @@ videos mixed. Media parts are numbered over the pack (``m0003.jpg``), see ``pack
 
 from __future__ import annotations
 
-from ..packed_format import PackedSample, media_part_name
+from ..packed_format import media_part_name
 from .base import Layout
 
 __all__ = ["VlmpackLayout"]
@@ -25,6 +25,3 @@ class VlmpackLayout(Layout):
 
     def pack_refusal(self, kinds: list[str]) -> str | None:
         return None
-
-    def pack_json(self, pack: PackedSample) -> dict:
-        return pack.to_json()

@@ -59,7 +59,14 @@ import yaml
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import ConfigError, LayoutError, ShardError
-from ..output.energon_meta import META_DIR, energon_idx_offsets, energon_members, read_idx
+from ..output.energon_meta import (
+    META_DIR,
+    energon_idx_offsets,
+    energon_members,
+    read_dataset_yaml,
+    read_idx,
+    written_layout,
+)
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
 from .encoder import PackEncoder
@@ -173,10 +180,7 @@ def iter_cooked_packs(shards: Sequence[str | Path], *, keep=None) -> Iterator[Co
 
 def _check_layout(packed_wds_dir: str | Path, configured: str) -> None:
     """Refuse a folder written in another layout than the encoder's config names (``sample.sample_type``)."""
-    path = Path(packed_wds_dir) / META_DIR / "dataset.yaml"
-    if not path.is_file():
-        return  # a folder without energon metadata (hand-built in tests): nothing recorded to compare
-    written = ((yaml.safe_load(path.read_text()) or {}).get("subflavors") or {}).get("sample_type")
+    written = written_layout(read_dataset_yaml(Path(packed_wds_dir)))  # None: no metadata recorded (hand-built)
     if written is not None and written != configured:
         raise LayoutError(
             f"{packed_wds_dir} was written as sample_type {written!r} but the encoder's config reads "

@@ -45,6 +45,8 @@ __all__ = [
     "INFO_FILES",
     "read_shard_counts",
     "read_split_parts",
+    "read_dataset_yaml",
+    "written_layout",
     "energon_idx_offsets",
     "read_idx",
     "energon_members",
@@ -77,6 +79,17 @@ def write_info_json(out_dir: Path, shard_counts: dict[str, int]) -> None:
 
 def read_shard_counts(out_dir: Path) -> dict[str, int]:
     return json.loads((out_dir / META_DIR / ".info.json").read_text())["shard_counts"]
+
+
+def read_dataset_yaml(out_dir: Path) -> dict | None:
+    """``.nv-meta/dataset.yaml`` as data, or None when the folder has none."""
+    path = Path(out_dir) / META_DIR / "dataset.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
+def written_layout(body: dict | None) -> str | None:
+    """The layout (``subflavors.sample_type``) a dataset.yaml body records."""
+    return ((body or {}).get("subflavors") or {}).get("sample_type")
 
 
 def read_split_parts(out_dir: Path) -> dict[str, list[str]]:

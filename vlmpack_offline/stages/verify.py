@@ -26,13 +26,20 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..config import Config
 from ..errors import ConfigError, PlanError
 from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
-from ..output.energon_meta import energon_idx_offsets, read_idx, read_shard_counts, read_split_parts
+from ..output.energon_meta import (
+    META_DIR,
+    energon_idx_offsets,
+    read_dataset_yaml,
+    read_idx,
+    read_shard_counts,
+    read_split_parts,
+    written_layout,
+)
 from ..output.pack_builder import SourceFiles, build_pack, layout_json_bytes
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
@@ -111,10 +118,11 @@ class _Checker:
             stored = read_range(handle, parts[JSON_PART].offset, parts[JSON_PART].size)
             try:
                 expected_json = layout_json_bytes(layout, pack_bytes)
-            except ValueError as exc:
-                expected_json = str(exc).encode()
-            if stored != expected_json:
-                self.problems.append(f"{where}.{JSON_PART}: not the {layout.name} JSON of its {VLMPACK_JSON_PART}")
+            except ValueError as exc:  # e.g. a pack mixing media kinds: no layout JSON exists for it
+                self.problems.append(f"{where}.{VLMPACK_JSON_PART}: no {layout.name} JSON derives from it ({exc})")
+            else:
+                if stored != expected_json:
+                    self.problems.append(f"{where}.{JSON_PART}: not the {layout.name} JSON of its {VLMPACK_JSON_PART}")
         self.pack_ids[pack.pack_id] += 1
         total = sum(s.token_len for s in pack.samples)
         capacity = self.config.sample.max_token_len
@@ -155,14 +163,14 @@ def _ids_shape(data: bytes) -> tuple[int, ...]:
 
 def _dataset_yaml_problem(out_dir: Path, sample_type: str) -> str | None:
     """``.nv-meta/dataset.yaml`` must be energon's own CrudeWebdataset with this config's layout."""
-    path = out_dir / ".nv-meta" / "dataset.yaml"
-    if not path.is_file():
+    path = out_dir / META_DIR / "dataset.yaml"
+    body = read_dataset_yaml(out_dir)
+    if body is None:
         return f"{path}: missing (run `vlmpack write`)"
-    body = yaml.safe_load(path.read_text()) or {}
     if (body.get("__module__"), body.get("__class__")) != ("megatron.energon", "CrudeWebdataset"):
         return (f"{path}: names {body.get('__module__')}.{body.get('__class__')}, not energon's own CrudeWebdataset "
                 "(a folder from an older vlmpack): rerun `vlmpack write`")
-    written = (body.get("subflavors") or {}).get("sample_type")
+    written = written_layout(body)
     if written != sample_type:
         return f"{path}: written as sample_type {written!r}, the config reads {sample_type!r}: use the config it was written with"
     return None

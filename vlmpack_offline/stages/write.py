@@ -227,11 +227,11 @@ def _records_for(config: Config, packs: Iterable[Pack]) -> dict:
         return manifest.get_samples(sample_id for pack in packs for sample_id in pack.sample_ids)
 
 
-def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles, split: str):
+def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles, materialize: Materializer | None):
     return build_pack(
-        materialize=_materializer(config),
+        materialize=materialize,
         pack_id=pack.pack_id,
-        split=split,
+        split=pack.split,
         capacity=config.sample.max_token_len,
         sample_ids=pack.sample_ids,
         records=records,
@@ -244,9 +244,8 @@ def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles,
 def _pack_parts(layout: Layout, json_bytes: bytes) -> list[tuple[str, bytes]]:
     """The JSON members of a pack: the layout's ``json``, and vlmpack's pack as ``vlmpack.json`` beside a
     published layout's (layouts/base.py)."""
-    if not layout.published:
-        return [(JSON_PART, json_bytes)]
-    return [(JSON_PART, layout_json_bytes(layout, json_bytes)), (VLMPACK_JSON_PART, json_bytes)]
+    parts = [(JSON_PART, layout_json_bytes(layout, json_bytes))]
+    return [*parts, (VLMPACK_JSON_PART, json_bytes)] if layout.published else parts
 
 
 def _describe_packs(
@@ -272,7 +271,7 @@ def _describe_packs(
         try:
             described = []
             for pack in packs:
-                built = _pack_members(config, pack, records, files, pack.split)
+                built = _pack_members(config, pack, records, files, _materializer(config))
                 refusals.extend(built.refusals)
                 media = tuple((m.part, m.shard, m.offset, m.size) for m in built.media)
                 described.append((built.json_bytes, media, built.ids_npy))
@@ -346,9 +345,13 @@ def _described_sizes(
     The pool forks its processes at the first submit, before any writer thread exists; a worker
     killed from outside ends the stage with one line (``executor.WorkerDiedError``).
     """
-    workers = min(config.process.workers, n_chunks)
-    yield from stage_map(config.process, _describe_packs, chunks, workers=workers, ordered=True,
-                         stage="write-describe", own_process=n_chunks > 1)  # fmt: skip
+    yield from _map_chunks(config, _describe_packs, chunks, n_chunks=n_chunks, stage="write-describe")
+
+
+def _map_chunks(config: Config, fn, chunks: Iterable[tuple], *, n_chunks: int, stage: str) -> Iterator:
+    """``fn`` over chunks of packs in plan order, in ``process.workers`` processes (this one for a single chunk)."""
+    yield from stage_map(config.process, fn, chunks, workers=min(config.process.workers, n_chunks), ordered=True,
+                         stage=stage, own_process=n_chunks > 1)  # fmt: skip
 
 
 def _shard_writers(config: Config, shared: tuple):
@@ -476,12 +479,8 @@ def _layout_refusals(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> l
     config, shard_paths, packs = args
     records = _records_for(config, packs)
     files = SourceFiles(shard_paths)
-    try:
-        return [r for pack in packs for r in build_pack(
-            pack_id=pack.pack_id, split=pack.split, capacity=config.sample.max_token_len, sample_ids=pack.sample_ids,
-            records=records, files=files, template_text_key=config.data.template_text_key,
-            sample_type=config.sample.sample_type,
-        ).refusals]  # fmt: skip
+    try:  # no materializer: the refusals need the conversations only
+        return [r for pack in packs for r in _pack_members(config, pack, records, files, None).refusals]
     finally:
         files.close()
 
@@ -492,8 +491,8 @@ def _check_layout_holds(config: Config, shard_paths: dict[str, str], plan: PlanA
     packs = read_plan(config.work_dir, plan)
     chunks = ((config, shard_paths, tuple(islice(packs, _SIZE_CHUNK))) for _ in range(0, plan.n_packs, _SIZE_CHUNK))
     n_chunks = -(-plan.n_packs // _SIZE_CHUNK)
-    refusals = [r for chunk in stage_map(config.process, _layout_refusals, chunks, workers=min(config.process.workers, n_chunks),
-                                         ordered=True, stage="write-check", own_process=n_chunks > 1) for r in chunk]  # fmt: skip
+    refusals = [r for chunk in _map_chunks(config, _layout_refusals, chunks, n_chunks=n_chunks, stage="write-check")
+                for r in chunk]  # fmt: skip
     if refusals:
         _refuse(config, refusals)
 
