@@ -2,7 +2,8 @@
 
 The key names of ``data``, ``sample``, ``model``, ``packed_wds`` and ``process`` are
 those of the published offline-packing tool vlmpack replaces, so its configs load
-as they are. ``video``, ``packing``, ``split``, ``write``, ``loss`` and ``scan`` are ours.
+as they are. ``video``, ``packing``, ``parallel``, ``split``, ``write``, ``loss`` and ``scan`` are ours
+(``parallel`` takes Megatron's own key names).
 Unknown keys and wrongly typed values are errors naming the file and the key.
 ``configs/config.yaml`` is a commented example; docs/config.md, the reference, is generated from
 the comment beside each field here (``config_reference.py``): a field without one fails the tests.
@@ -31,6 +32,7 @@ import yaml
 
 from ._published import PATH_KEYS, translate_published
 from .errors import ConfigError
+from .packing.alignment import Alignment
 
 __all__ = [
     "CONFIG_SCHEMA_VERSION",
@@ -42,6 +44,7 @@ __all__ = [
     "ProcessConfig",
     "VideoConfig",
     "PackingConfig",
+    "ParallelConfig",
     "SplitConfig",
     "WriteConfig",
     "LossConfig",
@@ -138,6 +141,22 @@ class PackingConfig:
     max_media_tokens_per_pack: int | None = None  # optional cap on visual tokens in a pack
     seed: int = 0  # shuffles pack order (no length curriculum)
     balance_world_size: int | None = None  # group packs by N with similar visual tokens (data-parallel ranks)
+    # pad every sub-sample to a multiple of this (bucket and plan count the padded length); null: what
+    # `parallel:` implies. Must be a multiple of that (docs/training/megatron.md)
+    align_to: int | None = None
+
+
+@dataclass(**_FROZEN)
+class ParallelConfig:
+    """The training job's layout, under Megatron's names: bucket and plan align sub-samples for it.
+
+    Under context parallelism Megatron's THD attention needs every sub-sample padded to a multiple of
+    ``2 * cp`` (and of ``cp * tp`` with sequence parallelism): ``packing/alignment.py``.
+    """
+
+    context_parallel_size: int = 1  # CP ranks that share one sequence (Megatron's --context-parallel-size)
+    tensor_model_parallel_size: int = 1  # TP ranks (--tensor-model-parallel-size); matters with sequence_parallel
+    sequence_parallel: bool = False  # Megatron's --sequence-parallel: each CP share is split over the TP ranks
 
 
 @dataclass(**_FROZEN)
@@ -183,6 +202,7 @@ class Config:
     process: ProcessConfig = field(default_factory=ProcessConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -197,6 +217,13 @@ class Config:
     @property
     def packed_wds_dir(self) -> Path:
         return Path(self.data.packed_wds_dir)
+
+    @property
+    def alignment(self) -> Alignment:
+        """The sub-sample alignment ``parallel:`` and ``packing.align_to`` ask for."""
+        return Alignment(context_parallel_size=self.parallel.context_parallel_size,
+                         tensor_model_parallel_size=self.parallel.tensor_model_parallel_size,
+                         sequence_parallel=self.parallel.sequence_parallel, align_to=self.packing.align_to)
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -359,9 +386,27 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{src}: sample.sample_type {config.sample.sample_type} holds one media kind per pack "
                           f"(its media_type), but packing.group_by is {config.packing.group_by!r}: set "
                           "packing.group_by: media_type, or sample.sample_type: vlmpack_packed")
+    _check_alignment(config)
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
+
+
+def _check_alignment(config: Config) -> None:
+    src, parallel, align_to = config.source, config.parallel, config.packing.align_to
+    for name in ("context_parallel_size", "tensor_model_parallel_size"):
+        if getattr(parallel, name) < 1:
+            raise ConfigError(f"{src}: parallel.{name} must be a positive integer, got {getattr(parallel, name)}")
+    if align_to is not None and align_to < 1:
+        raise ConfigError(f"{src}: packing.align_to must be a positive integer or null, got {align_to}")
+    implied = config.alignment.implied
+    if align_to is not None and align_to % implied:
+        raise ConfigError(
+            f"{src}: packing.align_to {align_to} is not a multiple of {implied}, the alignment parallel: needs "
+            f"(context_parallel_size {parallel.context_parallel_size}, tensor_model_parallel_size "
+            f"{parallel.tensor_model_parallel_size}, sequence_parallel {str(parallel.sequence_parallel).lower()}): "
+            f"set packing.align_to to a multiple of {implied}, or remove it"
+        )
 
 
 def section_fingerprint_payload(config: Config, *sections: str) -> dict:

@@ -17,6 +17,8 @@ that decide tokens; the loader rebuilds its ``Config`` from them
       "video":  {"fps": 2.0, "min_frames": 4, ...},     # the whole `video:` section
       "sample": {"max_token_len": 8192, "sample_type": "vlmpack_packed"},
       "loss":   {"train_on": "assistant"},             # only when the config has a `loss:` section
+      "alignment": {"context_parallel_size": 2, "tensor_model_parallel_size": 1, "sequence_parallel": false,
+                    "align_to": null, "multiple": 4},  # the layout bucket + plan aligned sub-samples for
       "processor": {"sha256": "<sha256 of the files map>",
                     "files": {"chat_template.jinja": "<sha256>", "preprocessor_config.json": "<sha256>", ...}}
     }
@@ -28,7 +30,9 @@ elsewhere on the training machine: its files' hashes are compared instead) and t
 loading-only ``cache_dir``, ``local_files_only``, ``token``, ``trust_remote_code``,
 every ``video`` and ``sample`` field, and the processor files of ``PROCESSOR_FILES``
 (a file present on one side only is a difference). ``loss`` is restored by
-``config_from_packed_dir`` but not checked: it changes labels, never lengths.
+``config_from_packed_dir`` but not checked: it changes labels, never lengths. ``alignment``
+is read by the training adapters (``written_alignment``): a job whose layout needs
+another multiple is refused there (``loader/adapters/megatron.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .artifacts import atomic_write_text, canonical_json, fingerprint
 from .config import Config, config_from_dict
 from .errors import ConfigError
 from .model_type import resolved_model_type
+from .packing.alignment import Alignment
 
 __all__ = [
     "SETTINGS_NAME",
@@ -54,6 +59,7 @@ __all__ = [
     "read_packed_settings",
     "config_from_packed_dir",
     "check_against_packed_dir",
+    "written_alignment",
 ]
 
 SETTINGS_NAME = "vlmpack.json"  # in packed_wds_dir/.nv-meta/
@@ -127,6 +133,7 @@ def packed_settings(config: Config, plan_fingerprint: str) -> dict:
         "plan_fingerprint": plan_fingerprint,
         **sections,
         "processor": processor,
+        "alignment": config.alignment.record(),
     }
     return body
 
@@ -150,6 +157,11 @@ def read_packed_settings(packed_dir: str | Path) -> dict:
     if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT or document.get("version") != _VERSION:
         raise ConfigError(f"{path}: not a {SETTINGS_FORMAT} version {_VERSION} file; rerun `vlmpack write`")
     return document
+
+
+def written_alignment(packed_dir: str | Path) -> Alignment:
+    """The alignment the packed dataset was planned with (none for data written before it was recorded)."""
+    return Alignment.from_record(read_packed_settings(packed_dir).get("alignment"))
 
 
 def config_from_packed_dir(

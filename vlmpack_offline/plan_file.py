@@ -105,9 +105,14 @@ class PlanArrays:
 
     @property
     def pack_totals(self) -> np.ndarray:
+        return self.aligned_pack_totals(1)
+
+    def aligned_pack_totals(self, multiple: int) -> np.ndarray:
+        """Per pack, its sub-samples' lengths each rounded up to ``multiple``: the slots it fills once padded."""
         if not self.token_len.size:
             return np.zeros(self.n_packs, np.int64)
-        return np.add.reduceat(self.token_len.astype(np.int64), self.pack_offsets[:-1])
+        lengths = self.token_len.astype(np.int64)
+        return np.add.reduceat(-(-lengths // multiple) * multiple, self.pack_offsets[:-1])
 
 
 def plan_path(work_dir: str | Path) -> Path:

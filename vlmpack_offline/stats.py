@@ -2,6 +2,8 @@
 
 fill ratio  = sum of sample lengths / (packs x C)
 lower bound = max(ceil(sum / C), samples longer than C / 2): no packing needs fewer packs;
+              with an alignment (``packing/alignment.py``) both use each sample's aligned
+              length, the slots it takes once padded; ``padding`` counts the pad tokens
               with packing.group_by: media_type no pack mixes groups, so the bound
               is the sum of the per-group bounds (the one bucket prints)
 gap         = packs / lower bound - 1 (0.001 = 0.1% more packs than the bound)
@@ -40,6 +42,8 @@ class PackStats:
     samples_per_pack_min: int
     samples_per_pack_max: int
     drops: dict[str, int] = field(default_factory=dict)  # manifest status -> count, status != ok
+    alignment: int = 1  # sub-samples padded to a multiple of this (1: none)
+    padding_tokens: int = 0  # pad slots the alignment adds over all packs (counted in fill_ratio and lower_bound)
 
     def table_lines(self) -> list[str]:
         rows = [
@@ -47,6 +51,8 @@ class PackStats:
             ("packs", f"{self.packs}"),
             ("tokens", f"{self.tokens}"),
             ("capacity C", f"{self.capacity}"),
+            *([("padding", f"{self.padding_tokens} tokens (sub-samples aligned to a multiple of {self.alignment})")]
+              if self.alignment > 1 else []),
             ("fill ratio", f"{self.fill_ratio:.5f}"),
             ("lower bound", f"{self.lower_bound}"),
             ("gap to bound", f"{self.packs - self.lower_bound} packs ({100 * self.gap:.3f}%)"),
@@ -66,10 +72,14 @@ def compute_stats(
     capacity: int,
     drops: dict[str, int],
     sample_groups: np.ndarray | None = None,
+    multiple: int = 1,
 ) -> PackStats:
-    """``sample_groups`` (one label per length) names the group each sample was packed in."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    tokens, packs = int(lengths.sum()), int(len(pack_totals))
+    """``sample_groups`` (one label per length) names the group each sample was packed in; ``multiple``: the
+    alignment each length is rounded up to (``pack_totals`` are the aligned totals then)."""
+    real = np.asarray(lengths, dtype=np.int64)
+    lengths = -(-real // multiple) * multiple
+    tokens, packs = int(real.sum()), int(len(pack_totals))
+    slots = int(lengths.sum())
     if sample_groups is None:
         bound = lower_bound(lengths, capacity)
     else:
@@ -77,12 +87,12 @@ def compute_stats(
         bound = sum(lower_bound(lengths[labels == label], capacity) for label in np.unique(labels))
     return PackStats(
         capacity=capacity, samples=int(len(lengths)), packs=packs, tokens=tokens,
-        fill_ratio=tokens / (packs * capacity) if packs else 0.0, lower_bound=bound,
+        fill_ratio=slots / (packs * capacity) if packs else 0.0, lower_bound=bound,
         gap=packs / bound - 1 if bound else 0.0,
         samples_per_pack_mean=float(np.mean(pack_sizes)) if packs else 0.0,
         samples_per_pack_min=int(np.min(pack_sizes)) if packs else 0,
         samples_per_pack_max=int(np.max(pack_sizes)) if packs else 0,
-        drops=dict(sorted(drops.items())),
+        drops=dict(sorted(drops.items())), alignment=multiple, padding_tokens=slots - tokens,
     )
 
 

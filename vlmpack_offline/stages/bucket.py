@@ -9,7 +9,7 @@
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
       overlong.jsonl           the drop report of those: {"id", "status": "overlong", "token_len", "error"}
-      meta.json                fingerprint, capacity, algorithm, groups, n_overlong, drops; written last
+      meta.json                fingerprint, capacity, alignment, algorithm, groups, n_overlong, drops; written last
 
 A group is a media type (``packing.group_by: media_type``) or ``mixed`` (``none``).
 The capacity C = ``sample.max_token_len`` is applied here, not in the scan: the scan
@@ -17,6 +17,9 @@ records every countable sample as ``ok`` with its token_len, and bucket drops th
 longer than C as ``overlong`` (``bins/overlong.*``), so a new C reruns bucket and
 plan only. Input samples = packed + overlong + the manifest's drops; plan, stats and
 verify all count ``overlong`` from these files.
+With an alignment (``parallel:`` / ``packing.align_to``, ``packing/alignment.py``) every
+length here counts as its aligned length: what fits, what is overlong, what packs
+take and the lower bound; ``lengths.npy`` keeps the real token_len.
 meta.json is removed first and written last, so a killed run leaves no bins that
 look complete; ``.npy`` files have no timestamps, so the bytes depend only on inputs.
 """
@@ -47,7 +50,8 @@ def bins_dir(config: Config) -> Path:
 
 
 def bins_fingerprint(config: Config, manifest_fp: str) -> str:
-    return fingerprint({"config": section_fingerprint_payload(config, "sample", "packing"), "manifest": manifest_fp})
+    sections = section_fingerprint_payload(config, "sample", "packing", "parallel")
+    return fingerprint({"config": sections, "manifest": manifest_fp})
 
 
 def read_bins_meta(config: Config) -> dict | None:
@@ -55,9 +59,13 @@ def read_bins_meta(config: Config) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def overlong_error(token_len: int, capacity: int) -> str:
-    return (f"sample is too long ({token_len} > {capacity} tokens): raise sample.max_token_len "
-            "or leave it dropped")
+def overlong_error(token_len: int, capacity: int, multiple: int = 1) -> str:
+    if multiple == 1:
+        return (f"sample is too long ({token_len} > {capacity} tokens): raise sample.max_token_len "
+                "or leave it dropped")
+    aligned = -(-token_len // multiple) * multiple
+    return (f"sample is too long ({token_len} tokens, {aligned} aligned to a multiple of {multiple} > {capacity}): "
+            "raise sample.max_token_len or leave it dropped")
 
 
 def read_overlong_ids(config: Config) -> list[str]:
@@ -79,7 +87,8 @@ def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray
         max_samples=packing.max_samples_per_pack,
         max_media_tokens=packing.max_media_tokens_per_pack,
     )
-    fits = samples.token_len <= limits.capacity
+    lengths = config.alignment.aligned(samples.token_len)
+    fits = lengths <= limits.capacity
     if packing.group_by == "none":
         groups = {"mixed": np.flatnonzero(fits).astype(np.int32)}
     else:
@@ -96,7 +105,7 @@ def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray
         if members.size == 0:
             continue
         bins = pack_samples(
-            samples.token_len[members], limits, algorithm=packing.algorithm,
+            lengths[members], limits, algorithm=packing.algorithm,
             media_tokens=samples.media_tokens[members],
         )
         out[name] = (members[bins.indexes], bins.offsets)
@@ -116,24 +125,25 @@ def run(config: Config) -> StageResult:
     for stale in [*out_dir.glob("*.npy"), out_dir / "overlong.jsonl"]:
         stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
-    capacity = config.sample.max_token_len
+    capacity, alignment = config.sample.max_token_len, config.alignment
     groups = build_bins(samples, config)
-    overlong = np.flatnonzero(samples.token_len > capacity).astype(np.int32)
+    aligned = alignment.aligned(samples.token_len)
+    overlong = np.flatnonzero(aligned > capacity).astype(np.int32)
     _save(out_dir / "lengths.npy", samples.token_len)
     _save(out_dir / "media_tokens.npy", samples.media_tokens)
     _save(out_dir / "overlong.npy", overlong)
-    _write_overlong_report(config, overlong, capacity)
+    _write_overlong_report(config, overlong, capacity, alignment.multiple)
     group_meta = []
     for name, (indexes, offsets) in groups.items():
         _save(out_dir / f"{name}.indexes.npy", indexes)
         _save(out_dir / f"{name}.offsets.npy", offsets)
-        group_lb = lower_bound(samples.token_len[indexes], capacity)
+        group_lb = lower_bound(aligned[indexes], capacity)
         group_meta.append({"name": name, "n_samples": int(indexes.size), "n_packs": len(offsets) - 1,
                            "lower_bound": group_lb})
     n_packs = sum(g["n_packs"] for g in group_meta)
     n_packed = samples.n - len(overlong)
     meta = {
-        "stage": "bucket", "fingerprint": expected, "capacity": capacity,
+        "stage": "bucket", "fingerprint": expected, "capacity": capacity, "alignment": alignment.record(),
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
         "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
         "groups": group_meta, "manifest_drops": samples.drops,
@@ -143,8 +153,10 @@ def run(config: Config) -> StageResult:
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
-    summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens): "
-                   f"{bins_dir(config) / 'overlong.jsonl'}")
+    if alignment.multiple > 1:
+        summary.append(f"aligned for {alignment.describe()}")
+    summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
+                   f"{' aligned' if alignment.multiple > 1 else ''}): {bins_dir(config) / 'overlong.jsonl'}")
     result = StageResult(stage="bucket", summary=summary,
                          counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
                          seconds=time.perf_counter() - started)
@@ -171,19 +183,20 @@ def _checked(config: Config, result: StageResult, meta: dict) -> StageResult:
     return dataclasses.replace(result, summary=[*result.summary, line])
 
 
-def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int) -> None:
+def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int, multiple: int) -> None:
     """``overlong.jsonl``: one line per dropped sample, in manifest order (ids read back from sqlite)."""
     with atomic_open(bins_dir(config) / "overlong.jsonl", "w") as handle:
         if not overlong.size:
             return
         with Manifest(manifest_path(config.work_dir)) as manifest:
             rows = manifest.conn.execute(
-                "SELECT id, token_len FROM samples WHERE status = 'ok' AND token_len > ? ORDER BY shard, seq",
-                (capacity,),
+                "SELECT id, token_len FROM samples WHERE status = 'ok' AND ((token_len + ? - 1) / ?) * ? > ? "
+                "ORDER BY shard, seq",
+                (multiple, multiple, multiple, capacity),
             )
             for sample_id, token_len in rows:
                 handle.write(canonical_json({"id": sample_id, "status": Reason.OVERLONG, "token_len": token_len,
-                                             "error": overlong_error(token_len, capacity)}) + "\n")
+                                             "error": overlong_error(token_len, capacity, multiple)}) + "\n")
 
 
 def _save(path: Path, array: np.ndarray) -> None:

@@ -11,7 +11,9 @@ N data-parallel ranks of one step get similar ViT load.
 Plan reads only ``bins/`` (numpy end to end, no ids: they are resolved from the
 manifest when the plan is read). Before the file is final the plan is checked:
 every ok sample of the manifest exactly once, in a pack or in bucket's overlong
-drops; every pack within ``sample.max_token_len``. Any breach is a ``PlanError``.
+drops; every pack within ``sample.max_token_len``, each sub-sample counted at its
+aligned length (``packing/alignment.py``; the plan keeps the real token_len, its
+meta the alignment). Any breach is a ``PlanError``.
 The readable ``pack_plan.jsonl`` is written only on request:
 ``plan_file.export_jsonl(work_dir)`` or ``python -m vlmpack_offline.plan_file WORK_DIR``.
 """
@@ -39,7 +41,8 @@ __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 def plan_fingerprint(config: Config) -> tuple[str, str]:
     """(expected bins fingerprint, expected plan fingerprint) for the current manifest and config."""
     bins_fp = bins_fingerprint(config, manifest_fingerprint(config.work_dir))
-    payload = {"bins": bins_fp, "config": section_fingerprint_payload(config, "sample", "packing", "split")}
+    payload = {"bins": bins_fp,
+               "config": section_fingerprint_payload(config, "sample", "packing", "parallel", "split")}
     return bins_fp, fingerprint(payload)
 
 
@@ -138,7 +141,8 @@ def run(config: Config) -> StageResult:
     n_ok = int(bins_meta["n_ok"])
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
-    validate(indexes, offsets, lengths, n_ok, capacity, overlong)
+    alignment = config.alignment
+    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong)
     plan_arrays = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config)
     del indexes
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
@@ -150,15 +154,17 @@ def run(config: Config) -> StageResult:
         "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": n_ok - int(overlong.size),
         "n_train_packs": n_train, "n_val_packs": plan_arrays.n_packs - n_train, "n_overlong": int(overlong.size),
         "drops": dict(sorted(drops.items())), "balance_world_size": config.packing.balance_world_size,
+        "alignment": alignment.record(),
     }
     write_plan_arrays(config.work_dir, plan_arrays, meta)
     jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
 
+    totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
-        plan_arrays.token_len, plan_arrays.pack_totals, plan_arrays.pack_sizes, capacity, drops,
-        sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes),
+        plan_arrays.token_len, totals, plan_arrays.pack_sizes, capacity, drops,
+        sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes), multiple=alignment.multiple,
     )
-    write_stats(config.work_dir, stats, expected, plan_arrays.token_len, plan_arrays.pack_totals,
+    write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
                 drop_lengths=lengths[overlong])
     return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,

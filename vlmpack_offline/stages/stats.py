@@ -42,9 +42,11 @@ def run(config: Config) -> StageResult:
     drop_lengths = None
     if (bins / "overlong.npy").exists() and (bins / "lengths.npy").exists():
         drop_lengths = np.load(bins / "lengths.npy")[np.load(bins / "overlong.npy")]
-    stats = compute_stats(plan.token_len, plan.pack_totals, plan.pack_sizes, int(meta["capacity"]), drops,
-                          sample_groups=np.repeat(plan.group, plan.pack_sizes))
-    write_stats(config.work_dir, stats, expected, plan.token_len, plan.pack_totals, pack_groups=plan.group,
+    multiple = int((meta.get("alignment") or {}).get("multiple", 1))
+    totals = plan.aligned_pack_totals(multiple)
+    stats = compute_stats(plan.token_len, totals, plan.pack_sizes, int(meta["capacity"]), drops,
+                          sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple)
+    write_stats(config.work_dir, stats, expected, plan.token_len, totals, pack_groups=plan.group,
                 group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)

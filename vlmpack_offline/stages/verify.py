@@ -5,7 +5,8 @@ Checks, per output shard listed in ``.nv-meta/.info.json``:
 * its ``.tar.idx`` equals the offsets energon's own prepare derives from the tar;
 * the number of samples in the tar equals its ``shard_counts`` entry;
 * each pack is a ``vlmpack.pack`` JSON, in the split ``split.yaml`` puts its shard in,
-  with ``sum(token_len) <= capacity == sample.max_token_len``;
+  with ``sum(token_len) <= capacity == sample.max_token_len`` (each token_len rounded up to
+  the alignment's multiple, ``packing/alignment.py``);
 * each media part's size and sha256 equal those of its source byte range;
 * an ``ids.npy`` part, when present, is int [2, sum(token_len)];
 
@@ -125,9 +126,12 @@ class _Checker:
                     self.problems.append(f"{where}.{JSON_PART}: not the {layout.name} JSON of its {VLMPACK_JSON_PART}")
         self.pack_ids[pack.pack_id] += 1
         total = sum(s.token_len for s in pack.samples)
-        capacity = self.config.sample.max_token_len
-        if pack.capacity != capacity or total > capacity:
-            self.problems.append(f"{where}: {total} tokens, capacity {pack.capacity}, sample.max_token_len {capacity}")
+        capacity, alignment = self.config.sample.max_token_len, self.config.alignment
+        slots = int(alignment.aligned([s.token_len for s in pack.samples]).sum())
+        if pack.capacity != capacity or slots > capacity:
+            aligned = f" ({slots} once aligned to a multiple of {alignment.multiple})" if alignment.multiple > 1 else ""
+            self.problems.append(f"{where}: {total} tokens{aligned}, capacity {pack.capacity}, "
+                                 f"sample.max_token_len {capacity}")
         if split is not None and pack.split != split:
             self.problems.append(f"{where}: pack split {pack.split!r} but split.yaml lists the shard under {split!r}")
         if IDS_PART in parts:

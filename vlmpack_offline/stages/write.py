@@ -57,6 +57,7 @@ from pathlib import Path
 
 from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
+from ..packing.alignment import Alignment
 from ..errors import ConfigError, LayoutError, PlanError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..layouts import Layout, layout_for
@@ -571,6 +572,12 @@ def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
         raise StaleArtifactError(
             f"the plan was made for capacity {capacity} but sample.max_token_len is "
             f"{config.sample.max_token_len}: rerun `vlmpack bucket` and `vlmpack plan`"
+        )
+    planned = Alignment.from_record(meta.get("alignment"))
+    if planned.record() != config.alignment.record():
+        raise StaleArtifactError(
+            f"the plan was aligned for {planned.describe()}, but this config asks for "
+            f"{config.alignment.describe()}: rerun `vlmpack bucket` and `vlmpack plan` with this config"
         )
     return meta, read_plan_arrays(config.work_dir)
 
