@@ -13,8 +13,9 @@ from .errors import ConfigError
 
 __all__ = ["EXTRAS", "require", "missing_module_line"]
 
-# import name -> the extra of pyproject.toml that installs it
+# import name (a package, or a dotted module of a shared namespace) -> the extra of pyproject.toml that installs it
 EXTRAS: dict[str, str] = {
+    "megatron.core": "megatron",
     "ray": "ray",
     "datasets": "hf",
     "pyarrow": "hf",
@@ -26,7 +27,8 @@ EXTRAS: dict[str, str] = {
 
 def missing_module_line(name: str, needed_for: str | None = None) -> str:
     """One line for a package that is not installed: its extra, or (a core dependency) a reinstall."""
-    top = name.split(".")[0]
+    parts = name.split(".")
+    top = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in EXTRAS), parts[0])
     what = f"{needed_for} needs" if needed_for else "vlmpack needs"
     if top in EXTRAS:
         return f"{what} the `{top}` package, which is not installed: pip install 'vlmpack-offline[{EXTRAS[top]}]'"
@@ -39,6 +41,6 @@ def require(name: str, needed_for: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.split(".")[0] != name.split(".")[0]:
+        if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
             raise  # the module is there but one of its own imports is missing: not ours to explain
         raise ConfigError(missing_module_line(name, needed_for)) from None

@@ -10,6 +10,9 @@
     for batch in get_loader(ds):   # one PackBatch per step: the pack is the batch
         ...
 
+``PackTaskEncoder(encoder, adapter=MegatronAdapter(...))`` hands out the adapter's batch
+instead (``adapters/``), built in energon's workers.
+
 A pack already fills the context, so a batch is one pack (``batch_size=1``);
 ``batch`` refuses more, because concatenating packs would break the
 ``cu_seqlens`` contract and the capacity the plan promised.
@@ -31,11 +34,14 @@ energon reports, instead of a silent hang in the queue's feeder thread).
 
 from __future__ import annotations
 
+from typing import Any
+
 from megatron.energon import Cooker, DefaultTaskEncoder, stateless
 from megatron.energon.errors import FatalSampleError
 from torch.utils.data import get_worker_info
 
 from ..errors import LayoutError
+from .adapters.base import Adapter
 from .batch import PackBatch, ensure_picklable
 from .cooker import DEFAULT_SAMPLE_TYPE, CookedPack, cooker
 from .encoder import PackEncoder
@@ -53,9 +59,11 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
 
     decoder = None  # media stay encoded bytes: the model's processor decodes them
 
-    def __init__(self, encoder: PackEncoder, *, sample_type: str | None = None) -> None:
+    def __init__(self, encoder: PackEncoder, *, sample_type: str | None = None,
+                 adapter: Adapter | None = None) -> None:
         super().__init__()
         self.encoder = encoder
+        self.adapter = adapter  # a training framework's adapter: batches come out in its format (adapters/)
         self.sample_type = sample_type or encoder.config.sample.sample_type or DEFAULT_SAMPLE_TYPE
         # ours first; any other subflavor reaches the second, which refuses it naming both layouts
         self.cookers = [cooker(self.sample_type), Cooker(cook=self.refuse_other_layout)]
@@ -81,7 +89,8 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
             )
         return samples[0]
 
-    def encode_batch(self, batch: PackBatch) -> PackBatch:
+    def encode_batch(self, batch: PackBatch) -> Any:
+        out = batch if self.adapter is None else self.adapter(batch)
         if get_worker_info() is not None:  # a DataLoader worker sends it to the main process: it must pickle
-            ensure_picklable(batch, f"pack {batch.pack_id}'s PackBatch")
-        return batch
+            ensure_picklable(out, f"pack {batch.pack_id}'s batch")
+        return out

@@ -57,7 +57,6 @@ from pathlib import Path
 
 from ..artifacts import atomic_write_text, fingerprint
 from ..config import Config, section_fingerprint_payload
-from ..packing.alignment import Alignment
 from ..errors import ConfigError, LayoutError, PlanError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..layouts import Layout, layout_for
@@ -77,6 +76,7 @@ from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
+from ..packing.alignment import Alignment
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
 from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult

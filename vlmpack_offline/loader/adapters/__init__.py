@@ -1,0 +1,16 @@
+"""Training-framework adapters: one module per framework behind ``base.Adapter`` (see its doc).
+
+::
+
+    base.py          Adapter: PackBatch -> one framework's micro-batch; the DataLoader's collate_fn
+    megatron.py      MegatronAdapter: THD dict + PackedSeqParams, CP padding and per-rank slices
+    megatron_stream  MegatronPackStream: energon's savable loader as the endless, resumable iterator
+                     Megatron's training loop pulls micro-batches from
+    megatron_bridge  VlmpackDatasetProvider: Megatron-Bridge's dataset hook (imports Megatron-Bridge)
+"""
+
+from .base import Adapter
+from .megatron import MegatronAdapter, MegatronVisualInputs, cp_partition_indices, cp_slice, packed_seq_params
+
+__all__ = ["Adapter", "MegatronAdapter", "MegatronVisualInputs", "cp_partition_indices", "cp_slice",
+           "packed_seq_params"]
