@@ -16,6 +16,9 @@ What is timed, honestly:
      of --manifest-samples rows (building that sqlite is not timed; 0 skips B).
   C. fill ratio vs lower bound for every algorithm (--table-samples, C = 8192; 0 skips C),
      and the per-sample limits path at 100k samples.
+  D. alignment for context parallelism (--align-samples; 0 skips D): per training layout, packs
+     planned on the aligned lengths vs the aligned lower bound, and how many packs of the
+     unaligned plan would overflow C if padded after planning (the failure alignment prevents).
 Peak memory is the max RSS (resource.getrusage) of a fresh child process for A and
 for B, so building the inputs does not inflate it.
 """
@@ -138,6 +141,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10_000_000)
     parser.add_argument("--manifest-samples", type=int, default=1_000_000)
     parser.add_argument("--table-samples", type=int, default=1_000_000)
+    parser.add_argument("--align-samples", type=int, default=1_000_000)
     args = parser.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]))
 
@@ -155,6 +159,8 @@ def main() -> None:
         bench_manifest(args.manifest_samples)
     if args.table_samples:
         bench_table(args.table_samples)
+    if args.align_samples:
+        bench_alignment(args.align_samples)
 
 
 def bench_manifest(n: int) -> None:
@@ -184,6 +190,34 @@ def bench_table(n: int) -> None:
         tag = "none" if limits.unlimited else f"16 samples, 6144 media (n={len(data):,})"
         fill = int(data.astype(np.int64).sum()) / (bins.n_packs * CAPACITY)
         print(f"| {name} | {tag} | {bins.n_packs:,} | {fill:.5f} | {bins.n_packs / lb:.5f} | {dt:.2f} |")
+
+
+def bench_alignment(n: int) -> None:
+    from vlmpack_offline.packing.alignment import Alignment
+
+    lengths = synthetic(n, CAPACITY, seed=3).token_len
+    plain = pack_samples(lengths, PackLimits(capacity=CAPACITY))
+    print(f"\nD. alignment, {n:,} lognormal samples (median C/20), C={CAPACITY}, best_fit_decreasing")
+    print("| layout | multiple | packs | aligned lower bound | gap | fill (slots) | padding | unaligned plan: packs "
+          "over C once padded |")
+    print("|---|---|---|---|---|---|---|---|")
+    layouts = [dict(context_parallel_size=cp) for cp in (1, 2, 4, 8)]
+    layouts.append(dict(context_parallel_size=2, tensor_model_parallel_size=8, sequence_parallel=True))
+    for layout in layouts:
+        alignment = Alignment(**layout)
+        aligned = alignment.aligned(lengths)
+        fits = aligned <= CAPACITY
+        t0 = time.perf_counter()
+        bins = pack_samples(aligned[fits], PackLimits(capacity=CAPACITY))
+        dt = time.perf_counter() - t0
+        lb = lower_bound(aligned[fits], CAPACITY)
+        slots, real = int(aligned[fits].sum()), int(lengths[fits].astype(np.int64).sum())
+        over = int((plain.pack_sums(aligned) > CAPACITY).sum())
+        short = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp", "sequence_parallel": "sp"}
+        name = ", ".join(f"{short[k]}={v}" for k, v in layout.items())
+        print(f"| {name} | {alignment.multiple} | {bins.n_packs:,} | {lb:,} | {100 * (bins.n_packs / lb - 1):.4f}% | "
+              f"{slots / (bins.n_packs * CAPACITY):.5f} | {100 * (slots - real) / slots:.3f}% | "
+              f"{over:,} of {plain.n_packs:,} ({dt:.1f} s) |")
 
 
 if __name__ == "__main__":

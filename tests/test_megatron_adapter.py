@@ -9,6 +9,9 @@ the HF model's ``get_rope_index`` on each sub-sample alone, and the HF model's o
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,3 +281,18 @@ def test_without_megatron_core_one_line_names_the_extra(monkeypatch):
     batch = MegatronAdapter()(_text_batch([3]))
     with pytest.raises(ConfigError, match=r"pip install 'vlmpack-offline\[megatron\]'"):
         packed_seq_params(batch)
+
+
+def test_per_sample_loss_weights_travel_as_the_loss_mask():
+    batch = _text_batch([3, 2])  # scored tokens: 2 in the first sub-sample, 1 in the second
+    weights = torch.tensor([[0.0, 0.5, 0.5, 0.0, 1.0]])  # 1 / n_label_tokens of each sub-sample, at its labels
+    out = MegatronAdapter()(dataclasses.replace(batch, loss_weights=weights))
+    assert out["loss_mask"][0].tolist() == [0.5, 0.5, 0.0, 1.0, 0.0]  # shifted with the labels
+    assert out["labels"][0].tolist() == [2, 3, -100, 5, -100]
+
+
+def test_the_megatron_bridge_provider_without_megatron_bridge_is_one_line():
+    if importlib.util.find_spec("megatron.bridge") is not None:
+        pytest.skip("Megatron-Bridge is installed here")
+    with pytest.raises(ConfigError, match=r"plugs into Megatron-Bridge, which is not installed here.*MegatronPackStream"):
+        importlib.import_module("vlmpack_offline.loader.adapters.megatron_bridge")
