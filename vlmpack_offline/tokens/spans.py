@@ -32,14 +32,16 @@ sample costs one extra render, not three.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
-__all__ = ["SpanError", "ChatRenderer", "has_generation_markers", "assistant_spans"]
+__all__ = ["SpanError", "ChatRenderer", "has_generation_markers", "assistant_spans", "linear_spans"]
 
+FEW_TURNS = 4  # up to this many assistant turns the exact turn-by-turn search runs; beyond it, linear_spans first
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 Render = Callable[[Sequence[dict], bool], str]  # (messages, add_generation_prompt) -> text
@@ -55,37 +57,154 @@ def has_generation_markers(template: str) -> bool:
 
 
 def assistant_spans(messages: Sequence[dict], render: Render, full: str | None = None) -> list[tuple[int, int]]:
-    """Character spans ``[start, end)`` of every assistant turn in ``render(messages)``, in order."""
+    """Character spans ``[start, end)`` of every assistant turn in ``render(messages)``, in order.
+
+    The exact turn-by-turn search of the module doc: two prefix renders per turn, so O(turns x length);
+    ``linear_spans`` finds the same spans of a long conversation in a few renders of it."""
     full = render(messages, False) if full is None else full
     spans: list[tuple[int, int]] = []
     cursor = 0
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        prompt = render(messages[:index], True)
-        upto = render(messages[: index + 1], False)
-        if not upto.startswith(prompt):
-            raise SpanError(
-                f"assistant turn {index}: the template's generation prompt is not a prefix of the rendered "
-                "turn, so the assistant tokens cannot be located; add {% generation %} markers to the template"
-            )
-        turn = upto[len(prompt) :].rstrip()
-        if not turn:
-            continue
-        if full.startswith(upto) and len(prompt) >= cursor:
-            start = len(prompt)
-        else:
-            start = full.find(turn, cursor)
-            if start < 0 and (history := _history_turn(messages, index, render, prompt)):
-                turn, start = history, full.find(history, cursor)  # a thinking template's earlier turn
-            if start < 0:
-                raise SpanError(
-                    f"assistant turn {index} renders differently alone than inside the whole conversation; "
-                    "add {% generation %} markers to the template to locate its tokens"
-                )
-        spans.append((start, start + len(turn)))
-        cursor = start + len(turn)
+        span = _locate_turn(messages, index, render, full, cursor)
+        if span is not None:
+            spans.append(span)
+            cursor = span[1]
     return spans
+
+
+def _locate_turn(messages: Sequence[dict], index: int, render: Render, full: str,
+                 cursor: int) -> tuple[int, int] | None:
+    """The span of assistant turn ``index`` found after ``cursor`` (None: the turn renders no text)."""
+    prompt = render(messages[:index], True)
+    upto = full if index + 1 == len(messages) else render(messages[: index + 1], False)
+    if not upto.startswith(prompt):
+        raise SpanError(
+            f"assistant turn {index}: the template's generation prompt is not a prefix of the rendered "
+            "turn, so the assistant tokens cannot be located; add {% generation %} markers to the template"
+        )
+    turn = upto[len(prompt) :].rstrip()
+    if not turn:
+        return None
+    if full.startswith(upto) and len(prompt) >= cursor:
+        start = len(prompt)
+    else:
+        start = full.find(turn, cursor)
+        if start < 0 and (history := _history_turn(messages, index, render, prompt)):
+            turn, start = history, full.find(history, cursor)  # a thinking template's earlier turn
+        if start < 0:
+            raise SpanError(
+                f"assistant turn {index} renders differently alone than inside the whole conversation; "
+                "add {% generation %} markers to the template to locate its tokens"
+            )
+    return start, start + len(turn)
+
+
+def linear_spans(messages: Sequence[dict], render: Render, full: str) -> list[tuple[int, int]] | None:
+    """``assistant_spans`` of a long conversation in a few renders of it (linear in its length), or None
+    where this shortcut does not apply (then the exact search runs).
+
+    One render with every message's content between two marks (``_OPEN`` / ``_CLOSE``, private-use
+    characters) shows where each content sits in ``full``. Turn i then starts after the generation
+    prompt before its content (the longest prefix of the prompt found there: a thinking template's
+    earlier turns keep only its role header) and ends where its end-of-turn text after the content ends
+    (``<|im_end|>``, ``<end_of_turn>``, nothing for GLM). The prompt and the end-of-turn text are read off
+    the first assistant turn, located exactly; the first and the last turns must come out as the
+    exact search finds them. Any mark lost or moved by the template, any turn whose prompt or
+    end-of-turn text is not where expected, any difference: None."""
+    assistants = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not assistants or _MARKS.search(json.dumps(messages, ensure_ascii=False, default=str)):
+        return None
+    try:
+        marked = render([_marked(m) for m in messages], False)
+    except Exception:  # noqa: BLE001 - a template that rejects the marks: the exact search decides
+        return None
+    where = [(m.start(), m.group()) for m in _MARKS.finditer(marked)]
+    if [c for _, c in where] != [_OPEN, _CLOSE] * len(messages) or _MARKS.sub("", marked) != full:
+        return None
+    content_start = [pos - 2 * k for k, (pos, _) in enumerate(where[0::2])]
+    content_end = [pos - 2 * k - 1 for k, (pos, _) in enumerate(where[1::2])]
+    first, last = assistants[0], assistants[-1]
+    try:
+        prompt = render(messages[:first], True)
+        history = render(messages[:first], False)
+        exact_first = _locate_turn(messages, first, render, full, 0)
+    except Exception:  # noqa: BLE001 - Jinja's errors and SpanError alike: the exact search reports them
+        return None
+    if exact_first is None or not prompt.startswith(history) or exact_first[1] < content_end[first]:
+        return None
+    generation = prompt[len(history) :]
+    turn_end = full[content_end[first] : exact_first[1]]
+    # no generation prompt (Mistral: an answer follows the question's [/INST]): a turn starts past the same
+    # text after the previous message's content as the first turn does
+    before = full[content_end[first - 1] if first else 0 : exact_first[0]] if not generation else ""
+    spans: list[tuple[int, int]] = []
+    for i in assistants:
+        low = max(content_end[i - 1] if i else 0, spans[-1][1] if spans else 0)
+        if generation:
+            start = _after_generation_prompt(full, low, content_start[i], generation)
+        else:
+            start = low + len(before) if full.startswith(before, low) and low + len(before) <= content_start[i] else None
+        end = content_end[i] + len(turn_end)
+        if start is None or full[content_end[i] : end] != turn_end:
+            return None
+        if end > start:
+            spans.append((start, end))
+    try:
+        cursor = spans[-2][1] if len(spans) > 1 else 0
+        exact_last = _locate_turn(messages, last, render, full, cursor)
+    except Exception:  # noqa: BLE001
+        return None
+    return spans if spans and spans[0] == exact_first and spans[-1] == exact_last else None
+
+
+_OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters: no tokenizer or text gives them a meaning
+_MARKS = re.compile("[\ue000\ue001]")
+_THINK_END = "</think>"
+
+
+def _marked(message: dict) -> dict:
+    """``message`` with its content between ``_OPEN`` and ``_CLOSE``, inside its text (past the whitespace a
+    template may strip), or as text items of their own where the content starts or ends with media."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": _mark_text(content, True, True)}
+    if not isinstance(content, list) or not content:
+        return {**message, "content": _OPEN + _CLOSE}
+    items = [dict(item) if isinstance(item, dict) else item for item in content]
+    for edge, index in ((True, 0), (False, -1)):
+        item = items[index]
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            item["text"] = _mark_text(item["text"], edge, not edge)
+        elif edge:
+            items.insert(0, {"type": "text", "text": _OPEN})
+        else:
+            items.append({"type": "text", "text": _CLOSE})
+    if len(content) == 1 and isinstance(items[0], dict) and items[0].get("type") == "text":
+        items[0]["text"] = _mark_text(content[0]["text"], True, True)  # one text item holds both marks
+    return {**message, "content": items}
+
+
+def _mark_text(text: str, opening: bool, closing: bool) -> str:
+    """``text`` with the marks around its stripped middle; the opening one past a ``</think>`` block, since
+    thinking templates (Qwen3, Qwen3.5) keep only what follows the last one."""
+    thought = text.rfind(_THINK_END) + len(_THINK_END) if _THINK_END in text else 0
+    lead = thought + len(text[thought:]) - len(text[thought:].lstrip())
+    trail = max(len(text.rstrip()), lead)
+    return text[:lead] + (_OPEN if opening else "") + text[lead:trail] + (_CLOSE if closing else "") + text[trail:]
+
+
+def _after_generation_prompt(full: str, low: int, content: int, generation: str) -> int | None:
+    """Where turn text begins between ``low`` and the content's start: after the last occurrence of the
+    longest prefix of the generation prompt found there (the whole prompt, or for an earlier turn of a
+    thinking template its role header alone); None when not even a few characters of it are there."""
+    region = full[low:content]
+    for size in range(len(generation), min(len(generation), 4) - 1, -1):
+        found = region.rfind(generation[:size])
+        if found >= 0:
+            return low + found + size
+    return None
 
 
 def _history_turn(messages: Sequence[dict], index: int, render: Render, prompt: str) -> str:
@@ -140,6 +259,8 @@ class ChatRenderer:
         # the prefixes assistant_spans asks for: (conversation, prefix length, add_generation_prompt)
         wanted: list[tuple[int, int, bool]] = []
         for c, messages in enumerate(conversations):
+            if sum(m.get("role") == "assistant" for m in messages) > FEW_TURNS:
+                continue  # linear_spans renders it whole a few times: no prefixes to batch
             for i, message in enumerate(messages):
                 if message.get("role") == "assistant":
                     wanted.append((c, i, True))
@@ -172,7 +293,7 @@ class ChatRenderer:
             return render
 
         found = [
-            _or_exception(lambda c=c, m=messages: assistant_spans(m, lookup(c), fulls[c]))
+            _or_exception(lambda c=c, m=messages: self._spans(m, lookup(c), fulls[c]))
             for c, messages in enumerate(conversations)
         ]
         return [  # a marker template whose turns cannot be rendered one by one keeps HF's marker spans
@@ -186,11 +307,20 @@ class ChatRenderer:
         turn by turn cannot locate them)."""
         try:  # a prefix may fail to render (a template's own role checks) where the whole conversation renders
             full = self.render(messages)
-            return full, assistant_spans(messages, self.render, full)
+            return full, self._spans(messages, self.render, full)
         except Exception:  # noqa: BLE001 - Jinja's errors and SpanError alike: a marker template's spans instead
             if not self.has_generation:
                 raise
             return self._marker_spans(messages)
+
+    @staticmethod
+    def _spans(messages: Sequence[dict], render: Render, full: str) -> list[tuple[int, int]]:
+        """``assistant_spans``, through ``linear_spans`` for a conversation of more than ``FEW_TURNS`` answers."""
+        if sum(m.get("role") == "assistant" for m in messages) > FEW_TURNS:
+            found = linear_spans(messages, render, full)
+            if found is not None:
+                return found
+        return assistant_spans(messages, render, full)
 
     def _marker_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """HF's ``{% generation %}`` spans (``return_assistant_tokens_mask``)."""
