@@ -66,6 +66,10 @@ def _packs(args: argparse.Namespace, adapter: MegatronAdapter, n: int) -> list[d
     return out
 
 
+def _key(batch: dict) -> tuple[int, ...]:
+    return tuple(batch["tokens"][0, :64].tolist())
+
+
 def _padded_rows(batch: dict, cp: int) -> dict:
     """The pack's sub-samples as rows padded to the longest (a multiple of 2 * cp), labels -100 on pads."""
     cu, cu_pad = batch["cu_seqlens_q"].long(), batch["cu_seqlens_q_padded"].long()
@@ -105,7 +109,8 @@ def main() -> int:
         padded = sum(_padded_rows(b, args.cp)["tokens"].numel() for b in batches)
         for rank in range(args.cp):
             assert sum(cp_slice(b, args.cp, rank)["tokens"].shape[-1] for b in batches) * args.cp == slots
-        print(f"dry run: {len(batches)} packs, {real} real tokens; packed THD {slots} slots "
+        print(f"dry run: {len(batches)} steps ({len({_key(b) for b in batches})} distinct packs), {real} real tokens; "
+              f"packed THD {slots} slots "
               f"({100 * (slots - real) / slots:.2f}% CP padding), padded rows {padded} slots "
               f"({100 * (padded - real) / padded:.2f}% padding); PackedSeqParams "
               f"{packed_seq_params(batches[0]).qkv_format}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,3 +297,13 @@ def test_the_megatron_bridge_provider_without_megatron_bridge_is_one_line():
         pytest.skip("Megatron-Bridge is installed here")
     with pytest.raises(ConfigError, match=r"plugs into Megatron-Bridge, which is not installed here.*MegatronPackStream"):
         importlib.import_module("vlmpack_offline.loader.adapters.megatron_bridge")
+
+
+def test_verify_with_another_layout_says_so_in_one_line(aligned):
+    other = dataclasses.replace(aligned.config, parallel=dataclasses.replace(aligned.config.parallel,
+                                                                             context_parallel_size=8),
+                                packing=dataclasses.replace(aligned.config.packing, align_to=None))
+    result = verify.run(other)
+    assert result.exit_code == 1 and len(result.summary) == 1
+    assert re.search(r"was written for context_parallel_size=2.*align_to=8.*asks for context_parallel_size=8.*"
+                     r"rerun `vlmpack bucket`", result.summary[0])

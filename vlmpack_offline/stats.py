@@ -53,7 +53,9 @@ class PackStats:
             ("capacity C", f"{self.capacity}"),
             *([("padding", f"{self.padding_tokens} tokens (sub-samples aligned to a multiple of {self.alignment})")]
               if self.alignment > 1 else []),
-            ("fill ratio", f"{self.fill_ratio:.5f}"),
+            ("fill ratio", f"{self.fill_ratio:.5f}" + (
+                f" (pad slots counted as filled; real tokens {self.tokens / (self.packs * self.capacity):.5f})"
+                if self.alignment > 1 and self.packs else "")),
             ("lower bound", f"{self.lower_bound}"),
             ("gap to bound", f"{self.packs - self.lower_bound} packs ({100 * self.gap:.3f}%)"),
             ("samples/pack", f"mean {self.samples_per_pack_mean:.2f}, min {self.samples_per_pack_min}, "

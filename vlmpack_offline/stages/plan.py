@@ -123,7 +123,7 @@ def run(config: Config) -> StageResult:
         raise StaleArtifactError(f"no bins in {bins_dir(config)}: run `vlmpack bucket --config ...` first")
     if bins_meta.get("fingerprint") != bins_fp:
         raise StaleArtifactError(
-            f"{bins_dir(config)} was built from another manifest or sample/packing config "
+            f"{bins_dir(config)} was built from another manifest or sample / packing / parallel config "
             f"(fingerprint {bins_meta.get('fingerprint')} != {bins_fp}): rerun `vlmpack bucket`"
         )
     meta = read_plan_meta(config.work_dir)

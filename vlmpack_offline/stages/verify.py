@@ -44,7 +44,7 @@ from ..output.energon_meta import (
 from ..output.pack_builder import SourceFiles, build_pack, layout_json_bytes
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
-from ..packed_settings import SETTINGS_NAME, check_against_packed_dir
+from ..packed_settings import SETTINGS_NAME, check_against_packed_dir, written_alignment
 from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
@@ -180,6 +180,20 @@ def _dataset_yaml_problem(out_dir: Path, sample_type: str) -> str | None:
     return None
 
 
+def _alignment_problem(config: Config) -> str | None:
+    """One line when the output was written for another training layout than this config's (every pack
+    would be checked against the wrong padded capacity)."""
+    try:
+        written = written_alignment(config.packed_wds_dir)
+    except ConfigError:  # no vlmpack.json: check_against_packed_dir reports it
+        return None
+    if written.multiple == config.alignment.multiple:
+        return None
+    return (f"{config.packed_wds_dir} was written for {written.describe()}, but this config asks for "
+            f"{config.alignment.describe()}: verify with the config it was written with, or rerun `vlmpack bucket`, "
+            "`plan` and `write` with this one")
+
+
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
     out_dir = config.packed_wds_dir
@@ -191,7 +205,7 @@ def run(config: Config) -> StageResult:
     except FileNotFoundError as exc:
         problems = [f"{exc.filename}: missing (run `vlmpack write`)"]
         return StageResult(stage="verify", summary=problems, counts={"problems": 1}, exit_code=1)
-    dataset_problem = _dataset_yaml_problem(out_dir, config.sample.sample_type)
+    dataset_problem = _dataset_yaml_problem(out_dir, config.sample.sample_type) or _alignment_problem(config)
     if dataset_problem:  # every pack would fail on the layout: one line says why
         return StageResult(stage="verify", summary=[dataset_problem], counts={"problems": 1}, exit_code=1)
     split_of = {name: split for split, names in split_parts.items() for name in names}

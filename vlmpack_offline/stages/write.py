@@ -574,7 +574,7 @@ def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
             f"{config.sample.max_token_len}: rerun `vlmpack bucket` and `vlmpack plan`"
         )
     planned = Alignment.from_record(meta.get("alignment"))
-    if planned.record() != config.alignment.record():
+    if planned.multiple != config.alignment.multiple:
         raise StaleArtifactError(
             f"the plan was aligned for {planned.describe()}, but this config asks for "
             f"{config.alignment.describe()}: rerun `vlmpack bucket` and `vlmpack plan` with this config"

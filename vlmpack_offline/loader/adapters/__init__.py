@@ -11,6 +11,7 @@
 
 from .base import Adapter
 from .megatron import MegatronAdapter, MegatronVisualInputs, cp_partition_indices, cp_slice, packed_seq_params
+from .megatron_stream import MegatronPackStream
 
-__all__ = ["Adapter", "MegatronAdapter", "MegatronVisualInputs", "cp_partition_indices", "cp_slice",
-           "packed_seq_params"]
+__all__ = ["Adapter", "MegatronAdapter", "MegatronPackStream", "MegatronVisualInputs", "cp_partition_indices",
+           "cp_slice", "packed_seq_params"]

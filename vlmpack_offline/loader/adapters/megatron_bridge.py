@@ -31,7 +31,11 @@ from ...errors import ConfigError, ShardError
 from .megatron import MegatronAdapter
 from .megatron_stream import MegatronPackStream
 
-__all__ = ["VlmpackDatasetProvider"]
+__all__ = ["VlmpackDatasetProvider", "MegatronBridgeMissing"]
+
+
+class MegatronBridgeMissing(ConfigError, ImportError):
+    """Megatron-Bridge is not installed: one line (a ``ConfigError``) that ``except ImportError`` also catches."""
 
 
 def _dataset_provider_base() -> type:
@@ -41,10 +45,10 @@ def _dataset_provider_base() -> type:
             return importlib.import_module(module).DatasetProvider
         except (ModuleNotFoundError, AttributeError):
             continue
-    raise ConfigError(
-        "VlmpackDatasetProvider plugs into Megatron-Bridge, which is not installed here (install it as its "
-        "README says; docs/training/megatron.md). Without it, MegatronAdapter and MegatronPackStream "
-        "(vlmpack_offline.loader.adapters) feed a megatron-core training loop directly"
+    raise MegatronBridgeMissing(
+        "VlmpackDatasetProvider plugs into Megatron-Bridge, which is not installed here: install a release newer "
+        "than 0.6 (pip install megatron-bridge, or its repository; docs/training/megatron.md). Without it, "
+        "MegatronAdapter and MegatronPackStream (vlmpack_offline.loader.adapters) feed a megatron-core loop directly"
     )
 
 
