@@ -163,7 +163,7 @@ def corpus(tmp_path_factory) -> Corpus:
     c.add("duplicates.tar", dup, extra_members=[("dup.json", json.dumps(_hf("second?")).encode())])
     c.expected["duplicates.tar/dup#2"] = "duplicate_key"
 
-    # tar members that are not regular files are skipped; the sample around them is fine
+    # a directory entry holds no data (skipped); a symbolic link is its sample's reasoned drop, never followed
     with tarfile.open(root / SRC / "links.tar", "w", format=tarfile.GNU_FORMAT) as tar:
         folder = tarfile.TarInfo("folder")
         folder.type = tarfile.DIRTYPE
@@ -176,6 +176,7 @@ def corpus(tmp_path_factory) -> Corpus:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     c.expected["links.tar/folder/real"] = "ok"
+    c.expected["links.tar/folder/link"] = "unsupported_member"
     c.shard_status["links.tar"] = ("ok", 0)
 
     # a shard cut mid-member: what precedes the cut is kept

@@ -55,7 +55,7 @@ def test_offsets_locate_exact_member_bytes(tmp_path, pax, long_names):
     assert all(s.problem is None and s.part("img0.jpg") is not None for s in grouped)
 
 
-def test_directories_and_symlinks_are_skipped(tmp_path):
+def test_directories_are_skipped_and_symlinks_flagged_not_followed(tmp_path):
     path = tmp_path / "s.tar"
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
         for name, kind in [("k0.json", tarfile.REGTYPE), ("sub", tarfile.DIRTYPE), ("k0.link.jpg", tarfile.SYMTYPE),
@@ -67,7 +67,10 @@ def test_directories_and_symlinks_are_skipped(tmp_path):
             if kind == tarfile.SYMTYPE:
                 info.linkname = "/etc/passwd"
             tar.addfile(info, io.BytesIO(data))
-    assert [m.name for m in iter_members(path)] == ["k0.json", "k1.json"]
+    members = list(iter_members(path))
+    assert [(m.name, m.problem) for m in members] == [
+        ("k0.json", None), ("k0.link.jpg", Reason.UNSUPPORTED_MEMBER), ("k1.json", None)]
+    assert members[1].size == 0 and "symbolic link to '/etc/passwd'" in members[1].detail
 
 
 def test_bad_member_names_are_flagged_not_followed(tmp_path):

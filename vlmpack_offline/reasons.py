@@ -28,6 +28,8 @@ class Reason(StrEnum):
     OVERLONG = "overlong"  # longer than sample.max_token_len (applied at bucket)
     DUPLICATE_KEY = "duplicate_key"  # the key appears twice in one shard
     BAD_MEMBER_NAME = "bad_member_name"  # a tar member name that is not valid UTF-8
+    DUPLICATE_MEMBER = "duplicate_member"  # the same member name twice in one sample (which copy is meant?)
+    UNSUPPORTED_MEMBER = "unsupported_member"  # a symlink, device or fifo member, or a hard link to no earlier file
     UNREADABLE_SAMPLE = "unreadable_sample"  # any unforeseen error reading or counting this sample
     MEDIA_OUTSIDE_ROOT = "media_outside_root"  # vlmpack convert: a record's media path leaves --media-root
     # a whole shard (its row in the shards table; its samples are counted there)

@@ -150,9 +150,13 @@ def _unsafe(name: str) -> bool:
 
 
 def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
-    """Yield every regular file of a tar with its data offset and size.
+    """Yield every file member of a tar with its data offset and size.
 
-    Directories, links and devices are skipped. A member whose name is absolute,
+    A hard link to an earlier regular file of the tar is that file's bytes under the link's name (what
+    extracting the tar gives); a hard link to anything else, a symbolic link, a device or a fifo is
+    yielded with ``problem=Reason.UNSUPPORTED_MEMBER`` (never followed: its sample is dropped with the
+    reason, not silently left without a part). Directory entries hold no data and are skipped (as
+    webdataset and energon do). A member whose name is absolute,
     contains ``..`` or is not valid UTF-8 is yielded with ``problem=Reason.BAD_MEMBER_NAME``
     (never followed). When the file ends inside a member or a header, a last member
     with ``problem=Reason.TRUNCATED_SHARD`` is yielded and iteration stops: everything before
@@ -163,6 +167,7 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     tar_path = str(tar_path)
     file_size = source_stat(tar_path)[0]
     start, last_name = 0, ""
+    files: dict[str, TarMember] = {}  # regular files so far, by name: the targets hard links may name
     with open_source(tar_path) as handle:
         while start is not None:
             handle.seek(start)
@@ -194,13 +199,18 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                         f"byte {start}, the {start - header_at} bytes between are lost",
                     )  # fmt: skip
                     break
-                if not info.isreg():
+                if info.isdir():
                     continue
                 last_name = info.name
+                if not info.isreg():
+                    yield _special_member(info, files)
+                    continue
                 if info.offset_data + info.size > file_size:
                     yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=Reason.TRUNCATED_SHARD)
                     return
-                yield _member(info)
+                member = _member(info)
+                files[info.name] = member
+                yield member
 
 
 def _member(info: tarfile.TarInfo) -> TarMember:
@@ -214,6 +224,26 @@ def _member(info: tarfile.TarInfo) -> TarMember:
         return TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=Reason.BAD_MEMBER_NAME,
                          detail=f"member name {info.name!r} is absolute or contains '..'; it was not read")  # fmt: skip
     return TarMember(name=info.name, offset=info.offset_data, size=info.size)
+
+
+_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
+          tarfile.FIFOTYPE: "fifo", tarfile.LNKTYPE: "hard link"}
+
+
+def _special_member(info: tarfile.TarInfo, files: dict[str, TarMember]) -> TarMember:
+    """A member that is not a regular file: a hard link resolved to its earlier target, else a reasoned problem."""
+    named = _member(info)
+    if named.problem:
+        return named
+    target = files.get(info.linkname) if info.islnk() else None
+    if target is not None and target.problem is None:
+        return TarMember(name=info.name, offset=target.offset, size=target.size)
+    kind = _KINDS.get(info.type, f"member of tar type {info.type!r}")
+    points = f" to {info.linkname!r}" if info.issym() or info.islnk() else ""
+    why = ", which is not an earlier regular file of this tar" if info.islnk() else ""
+    return TarMember(name=info.name, offset=info.offset_data, size=0, problem=Reason.UNSUPPORTED_MEMBER,
+                     detail=f"member {info.name!r} is a {kind}{points}{why}: only regular files and hard links "
+                     "to them are read")  # fmt: skip
 
 
 def _next_header(handle, at: int, file_size: int) -> int | None:
@@ -252,12 +282,18 @@ def _cut_header_name(tar_path: str, at: int) -> str | None:
 
 
 def group_samples(members: Iterable[TarMember]) -> Iterator[RawSample]:
-    """Group consecutive members by key; a member problem marks its whole sample."""
+    """Group consecutive members by key; a member problem, or a part name twice, marks its whole sample."""
     key: str | None = None
     run: list[TarMember] = []
 
     def emit() -> RawSample:
         bad = next((m for m in run if m.problem), None)
+        parts = [m.part for m in run]
+        twice = next((p for i, p in enumerate(parts) if p in parts[:i]), None)
+        if bad is None and twice is not None:
+            return RawSample(key=key or "", members=tuple(run), problem=Reason.DUPLICATE_MEMBER,
+                             error=f"member {key}.{twice} appears {parts.count(twice)} times in the sample: which copy "
+                             "is meant cannot be told (webdataset refuses a repeated name too)")  # fmt: skip
         if bad is None:
             return RawSample(key=key or "", members=tuple(run))
         if bad.detail:
