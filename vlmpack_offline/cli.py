@@ -7,6 +7,7 @@ returns an exit code; every ``VlmpackError`` becomes one clear line on stderr.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -81,6 +82,9 @@ _register()
 
 
 def main() -> None:
+    # a batch tool reads no keyboard: anything that would prompt (transformers' remote-code question) gets
+    # end-of-file at once instead of waiting on a scheduler's open stdin (remote_code.py passes the flag anyway)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - for the life of the process
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -84,7 +84,8 @@ class ModelConfig:
     model_type: str | None = None  # HF name (qwen2_vl, qwen2_5_vl, qwen3_vl, ...); read from the processor dir if absent
     # how the processor folder is loaded: AutoProcessor (media + text), or AutoTokenizer (text-only data)
     processor_loader: Literal["auto_processor", "auto_tokenizer"] = "auto_processor"
-    processor_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained
+    # passed to from_pretrained; a folder's own code (auto_map) runs only with trust_remote_code: true
+    processor_kwargs: dict[str, Any] = field(default_factory=dict)
     # extra variables for the chat template (e.g. Kimi-K2.5's {thinking: false}), used by scan and loader alike
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 

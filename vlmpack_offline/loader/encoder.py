@@ -46,6 +46,7 @@ from ..families import family_for
 from ..media import decode_frames, probe_video
 from ..packed_format import PackedSample, PackedSubSample
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
+from ..remote_code import trusted
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
 from ..tokens.media_info import sample_for
 from ..tokens.rules import resolve_video
@@ -111,7 +112,8 @@ class PackEncoder:
             self.media = media_processor_for(
                 family_for(self.rules.model_type), path, image_pad=self.counter.expander.special.image_pad, **kwargs
             )
-            self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type)
+            self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type,
+                                                     trust_remote_code=trusted(config.model.processor_kwargs))
         tokenizer = self.counter.tokenizer
         self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
         # LLaVA-OneVision: a sub-sample's images go through one processor call (ProcessorImages.images)

@@ -35,6 +35,8 @@ import torch
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from ..remote_code import load_pretrained, trusted
+
 __all__ = ["MediaProcessor", "ProcessorImages", "media_processor_for", "regroup_frames"]
 
 
@@ -125,7 +127,8 @@ class ProcessorImages:
         from transformers.utils import is_torchvision_available
 
         try:
-            processor = AutoProcessor.from_pretrained(str(path), **processor_kwargs)
+            processor = load_pretrained(AutoProcessor.from_pretrained, str(path),
+                                        **{**processor_kwargs, "trust_remote_code": trusted(processor_kwargs)})
         except (ValueError, OSError, ImportError):  # without torchvision a family's video processor cannot load
             # (InternVL: ValueError; GLM-4V: ImportError from Glm4vVideoProcessor)
             processor = None if is_torchvision_available() else _images_only_processor(Path(path), **processor_kwargs)

@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from ..remote_code import load_pretrained, trusted
+
 __all__ = ["PixtralImages"]
 
 _PROCESSOR_ONLY = ("patch_size", "spatial_merge_size", "image_token", "image_break_token", "image_end_token")
@@ -48,7 +50,8 @@ class PixtralImages:
         settings = {**top, **processor_kwargs}
         patch = int(settings.get("patch_size") or 16) * int(settings.get("spatial_merge_size") or 1)
         image_kwargs = {k: v for k, v in processor_kwargs.items() if k not in _PROCESSOR_ONLY}
-        return cls(AutoImageProcessor.from_pretrained(str(path), **image_kwargs), patch)
+        image_kwargs["trust_remote_code"] = trusted(image_kwargs)
+        return cls(load_pretrained(AutoImageProcessor.from_pretrained, str(path), **image_kwargs), patch)
 
     def image(self, data: bytes, **overrides) -> dict[str, torch.Tensor]:
         """The model's image fields for one image (as opened: no EXIF transpose, like the scan)."""

@@ -23,6 +23,8 @@ import transformers
 from transformers import AutoConfig
 from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
+from ..remote_code import load_pretrained
+
 __all__ = ["RopeIndex", "MM_TEXT", "MM_IMAGE", "MM_VIDEO"]
 
 # HF's mm_token_type_ids values (ProcessorMixin.create_mm_token_type_ids).
@@ -57,10 +59,11 @@ class RopeIndex:
         self.video_end_token_id = getattr(config, "video_end_token_id", None) if glm else None
 
     @classmethod
-    def from_processor_dir(cls, path: str | Path, *, model_type: str | None = None) -> RopeIndex:
+    def from_processor_dir(cls, path: str | Path, *, model_type: str | None = None,
+                           trust_remote_code: bool = False) -> RopeIndex:
         """The folder's ``config.json``; HF's defaults for ``model_type`` when the folder has none."""
         if (Path(path) / "config.json").is_file():
-            config = AutoConfig.from_pretrained(str(path))
+            config = load_pretrained(AutoConfig.from_pretrained, str(path), trust_remote_code=trust_remote_code)
             if model_type is None or config.model_type == model_type:
                 return cls(config)
         if model_type is None:

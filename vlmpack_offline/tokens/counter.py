@@ -31,6 +31,7 @@ from ..config import Config, VideoConfig
 from ..conversation import Conversation
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
+from ..remote_code import load_pretrained, trusted
 from .expansion import Expander
 from .media_info import MediaInfo, probe_media
 from .rules import ModelRules, load_model_rules
@@ -131,11 +132,11 @@ def _pad_kinds(ids: list[int], image_id: int | None, video_id: int | None) -> li
     return ["image" if i == image_id else "video" for i in ids if i == image_id or i == video_id]
 
 
-def load_tokenizer(path: str):
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     """``AutoTokenizer.from_pretrained(path)`` with a chat template (its own or ``chat_template.json``)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, path, trust_remote_code=trust_remote_code)
     if not tokenizer.chat_template:
         template_file = Path(path) / "chat_template.json"
         if template_file.is_file():
@@ -177,7 +178,8 @@ class TokenCounter:
     def from_config(cls, config: Config) -> TokenCounter:
         """Load rules and the tokenizer once (one counter per worker process)."""
         rules = load_model_rules(config.model)
-        return cls(rules, load_tokenizer(rules.processor_path), config.video, config.loss.train_on,
+        return cls(rules, load_tokenizer(rules.processor_path, trust_remote_code=trusted(config.model.processor_kwargs)),
+                   config.video, config.loss.train_on,
                    config.model.chat_template_kwargs)  # fmt: skip
 
     # -- media --------------------------------------------------------------

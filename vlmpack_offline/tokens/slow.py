@@ -25,6 +25,7 @@ from ..conversation import Conversation
 from ..errors import ConfigError
 from ..media import decode_frames, open_image
 from ..reasons import DropError, Reason
+from ..remote_code import load_pretrained, trusted
 from .counter import Count, render_or_drop, require_labels
 from .media_info import VideoMedia, probe_media
 from .rules import ModelRules, load_model_rules
@@ -58,7 +59,10 @@ class SlowCounter:
             rules.model_type,
         )
         try:
-            self.processor = AutoProcessor.from_pretrained(rules.processor_path, **kwargs)
+            kwargs["trust_remote_code"] = trusted(kwargs)
+            self.processor = load_pretrained(AutoProcessor.from_pretrained, rules.processor_path, **kwargs)
+        except ConfigError:
+            raise
         except Exception as exc:
             raise ConfigError(
                 f"AutoProcessor.from_pretrained({rules.processor_path!r}) failed: {exc}"
