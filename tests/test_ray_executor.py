@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,11 @@ def _hashes(root: Path) -> dict[str, str]:
 def _rows(work_dir: Path) -> list:
     with Manifest(manifest_path(work_dir)) as manifest:
         return sorted((s.id, s.status, s.token_len, s.media_tokens, s.members, s.error) for s in manifest.iter_samples())
+
+
+def _samples(work_dir: Path) -> list:
+    with Manifest(manifest_path(work_dir)) as manifest:
+        return list(manifest.iter_samples())
 
 
 def _driver(config: Path, stage: str, die_after: str) -> int:
@@ -132,3 +138,18 @@ def test_executor_ray_without_ray_installed_is_one_config_error(tmp_path, monkey
 def test_ray_address_without_executor_ray_is_refused():
     with pytest.raises(ConfigError, match="process.ray_address is set but process.executor is 'local'"):
         config_from_dict({"process": {"ray_address": "auto"}})
+
+
+def test_a_sample_past_its_budget_is_dropped_on_ray_too(cluster, tmp_path, qwen25_processor_dir):
+    """``process.max_seconds_per_sample`` holds in Ray's task workers as in local ones (``test_time_budget``)."""
+    from _slow_input import shard_with_one_slow_sample
+
+    shard_with_one_slow_sample(tmp_path / "src" / "part-000.tar")
+    config = load_config(_scan_config(tmp_path, tmp_path / "src", qwen25_processor_dir, "work", executor="ray",
+                                      ray_address=cluster, max_seconds_per_sample=2.0))
+    config = config_from_dict({**yaml.safe_load(Path(config.source).read_text()), "scan": {"max_drop_ratio": 1.0}})
+    started = time.perf_counter()
+    scan.run(config)
+    assert time.perf_counter() - started < 60  # the sample alone needs about a minute
+    assert {s.id.split("/")[-1]: s.status for s in _samples(config.work_dir)} == {
+        "before": "ok", "slow": "too_slow", "after": "ok"}

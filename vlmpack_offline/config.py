@@ -111,6 +111,9 @@ class ProcessConfig:
     workers: int = 1  # processes for scan and write (one tokenizer per process); Ray: CPUs of a local cluster
     executor: Literal["local", "ray"] = "local"  # local: processes here; ray: one task per shard (ray_executor.py)
     ray_address: str | None = None  # Ray cluster to join ("auto", "host:port"); null: env RAY_ADDRESS, else a local one
+    # a sample that takes longer to read and count is dropped as too_slow and the worker moves on (machine-dependent:
+    # the one exception to byte-identical artifacts; not part of the scan's fingerprint)
+    max_seconds_per_sample: float = 120.0
 
 
 @dataclass(**_FROZEN)
@@ -372,6 +375,9 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{src}: sample.max_token_len must be > 0, got {config.sample.max_token_len}")
     if config.process.workers < 1:
         raise ConfigError(f"{src}: process.workers must be >= 1, got {config.process.workers}")
+    if config.process.max_seconds_per_sample <= 0:
+        raise ConfigError(f"{src}: process.max_seconds_per_sample must be > 0 (seconds), got "
+                          f"{config.process.max_seconds_per_sample:g}")
     if config.process.ray_address is not None and config.process.executor != "ray":
         raise ConfigError(f"{src}: process.ray_address is set but process.executor is {config.process.executor!r}: "
                           "set process.executor: ray, or remove process.ray_address")

@@ -31,6 +31,7 @@ class Reason(StrEnum):
     DUPLICATE_MEMBER = "duplicate_member"  # the same member name twice in one sample (which copy is meant?)
     UNSUPPORTED_MEMBER = "unsupported_member"  # a symlink, device or fifo member, or a hard link to no earlier file
     UNREADABLE_SAMPLE = "unreadable_sample"  # any unforeseen error reading or counting this sample
+    TOO_SLOW = "too_slow"  # reading and counting it took longer than process.max_seconds_per_sample
     MEDIA_OUTSIDE_ROOT = "media_outside_root"  # vlmpack convert: a record's media path leaves --media-root
     # a whole shard (its row in the shards table; its samples are counted there)
     TRUNCATED_SHARD = "truncated_shard"  # the tar ends inside a member

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
+from ..deadline import TooSlow, limit
 from ..manifest import SampleRecord, ShardRecord
 from ..media import decode_frames, open_image
 from ..reasons import SHARD_REASONS, DropError, Reason
@@ -50,6 +51,18 @@ from ..tokens import make_counter
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
 _BATCH = 256  # samples per tokenizer call
+
+
+def _batch_seconds(budget: float) -> float:
+    """How long a batch may count before its samples are counted alone: a slow sample then holds the shard
+    for at most its budget plus this (a tenth of a typical batch's 0.3 s would be too tight; 10 s at most)."""
+    return min(budget / 4, 10.0)
+
+
+def _too_slow(item: _Pending, budget: float, stage: str) -> None:
+    item.status = Reason.TOO_SLOW
+    item.error = (f"{stage} took longer than process.max_seconds_per_sample ({budget:g} s); the worker moved on. "
+                  "Raise the budget to keep samples like it, or leave it dropped")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +98,7 @@ class _Pending:
     media_tokens: int = 0  # visual tokens inside token_len
     unused_media: int = 0  # media parts of the sample that the conversation never references
     sha256: str = ""  # of the members' bytes, when write.check_sources is sha256
+    seconds: float = 0.0  # spent reading it (JSON + media probes), counted against its budget
 
 
 class ShardScanner:
@@ -92,6 +106,7 @@ class ShardScanner:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.budget = config.process.max_seconds_per_sample  # seconds per sample (deadline.py)
         self.counter = make_counter(config)
 
     def scan(self, task: ShardTask) -> ShardOutcome:
@@ -142,17 +157,29 @@ class ShardScanner:
                         f"key {raw.key!r} appears twice in {task.shard} (members are not consecutive)"
                     )
                 else:
+                    started = time.perf_counter()
                     try:
-                        self._prepare(item, handle)
+                        with limit(self.budget):
+                            self._prepare(item, handle)
+                    except TooSlow:
+                        _too_slow(item, self.budget, "reading its JSON and probing its media")
                     except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's drop
                         _unreadable(item, exc)
+                    item.seconds = time.perf_counter() - started
                 seen.add(raw.key)
 
     def _count_ready(self, pending: list[_Pending]) -> None:
+        """Count the samples read fine, a batch per tokenizer call; a batch that runs past ``_batch_seconds``
+        is counted again one sample at a time, each with what is left of its own budget."""
         ready = [p for p in pending if p.status == "ok"]
         for begin in range(0, len(ready), _BATCH):
             batch = ready[begin : begin + _BATCH]
-            for item, result in zip(batch, self._count(batch), strict=True):
+            try:
+                with limit(_batch_seconds(self.budget)):
+                    results = self._count(batch)
+            except TooSlow:
+                results = [self._count_alone(item) for item in batch]
+            for item, result in zip(batch, results, strict=True):
                 if isinstance(result, DropError):
                     item.status, item.error = result.reason, str(result)
                 else:
@@ -171,6 +198,15 @@ class ShardScanner:
                     _unreadable(item, exc)
                     results.append(DropError(item.status, item.error))
             return results
+
+    def _count_alone(self, item: _Pending):
+        """``count_many`` of one sample under what is left of its budget; ``too_slow`` past it."""
+        try:
+            with limit(max(self.budget - item.seconds, 0.001)):
+                return self._count([item])[0]
+        except TooSlow:
+            _too_slow(item, self.budget, "rendering its chat template and counting its tokens")
+            return DropError(item.status, item.error)
 
     def _prepare(self, item: _Pending, handle) -> None:
         raw = item.raw
