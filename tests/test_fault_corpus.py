@@ -157,7 +157,7 @@ def corpus(tmp_path_factory) -> Corpus:
                          (f"{bad_utf8}.json", json.dumps(_hf("x")).encode()),
                          ("names_after.json", json.dumps(_hf("b?")).encode())])
     for key in ("../evil", "/abs/x", bad_utf8):
-        c.expected[f"names.tar/{key if key != bad_utf8 else 'bad�'}"] = "bad_member_name"
+        c.expected[f"names.tar/{key if key != bad_utf8 else 'bad' + chr(92) + 'xff'}"] = "bad_member_name"
     c.expected["names.tar/names_after"] = "ok"
     dup = [("ok", SyntheticSample(key="dup", json=_hf("first?"))), ("ok", SyntheticSample(key="other", json=_hf("o?")))]
     c.add("duplicates.tar", dup, extra_members=[("dup.json", json.dumps(_hf("second?")).encode())])

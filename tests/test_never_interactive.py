@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
@@ -51,3 +52,18 @@ def test_a_folder_that_needs_its_own_code_is_one_line_not_a_prompt(tmp_path, qwe
     assert ("declares its own Python code (auto_map) that loading it needs; vlmpack does not run it unless you set "
             "model.processor_kwargs.trust_remote_code: true") in text
     assert "Traceback" not in text
+
+
+def test_a_tokenizer_declared_as_its_own_code_is_not_replaced_by_a_generic_one(tmp_path, qwen25_processor_dir):
+    from vlmpack_offline.config import config_from_dict
+    from vlmpack_offline.errors import ConfigError
+    from vlmpack_offline.tokens import TokenCounter
+
+    folder = shutil.copytree(qwen25_processor_dir, tmp_path / "proc")
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer.update(tokenizer_class="MyTokenizer", auto_map={"AutoTokenizer": ["tokenization_my.MyTokenizer", None]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))  # auto_map here only, not in config.json
+    config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}}})
+    with pytest.raises(ConfigError, match=r"declares its own tokenizer code \(MyTokenizer.*"
+                                          r"model\.processor_kwargs\.trust_remote_code: true"):
+        TokenCounter.from_config(config)

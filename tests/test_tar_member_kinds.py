@@ -98,11 +98,43 @@ def test_each_member_kind_from_gnu_tar(tmp_path, qwen25_processor_dir):
     }  # fmt: skip
 
 
-def test_a_name_that_cannot_be_decoded_is_a_reasoned_drop(tmp_path, qwen25_processor_dir):
+def test_names_that_cannot_be_decoded_are_reasoned_drops_each_with_its_row(tmp_path, qwen25_processor_dir):
     (tmp_path / "src").mkdir()
     with tarfile.open(tmp_path / "src" / "part-000.tar", "w", format=tarfile.GNU_FORMAT,
                       encoding="utf-8", errors="surrogateescape") as tar:
         _entry(tar, "ok.json", _json("ok"))
-        _entry(tar, b"bad\xff.json".decode("utf-8", "surrogateescape"), _json("bad"))
+        for raw in (b"bad\xff.json", b"bad\xfe.json"):  # two names that decode to the same text with U+FFFD
+            _entry(tar, raw.decode("utf-8", "surrogateescape"), _json("bad"))
     rows, _ = _rows(tmp_path, qwen25_processor_dir)
-    assert sorted(status for status, _ in rows.values()) == ["bad_member_name", "ok"]
+    assert {key: status for key, (status, _) in rows.items()} == {
+        "ok": "ok", "bad\\xff": "bad_member_name", "bad\\xfe": "bad_member_name"}
+
+
+def test_chained_hard_links_read_the_file_and_sparse_members_are_refused(tmp_path, qwen25_processor_dir):
+    (tmp_path / "src").mkdir()
+    with tarfile.open(tmp_path / "src" / "part-000.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        _entry(tar, "a.json", _json("a"))
+        _entry(tar, "b.json", type=tarfile.LNKTYPE, linkname="a.json")
+        _entry(tar, "c.json", type=tarfile.LNKTYPE, linkname="b.json")  # a link to a link: still a.json's bytes
+        _entry(tar, "label", type=b"V")  # a GNU volume label (tar --label): no data, no sample
+        _entry(tar, "z.json", _json("z"))
+    rows, _ = _rows(tmp_path, qwen25_processor_dir)
+    assert {key: status for key, (status, _) in rows.items()} == {"a": "ok", "b": "ok", "c": "ok", "z": "ok"}
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar is not installed")
+def test_a_sparse_member_is_refused_not_read_past_its_end(tmp_path, qwen25_processor_dir):
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "s1.json").write_bytes(_json("s1"))
+    with open(files / "s1.jpg", "wb") as sparse:  # mostly a hole: tar -S stores only its data blocks
+        sparse.write(b"\xff\xd8start")
+        sparse.seek(1 << 20)
+        sparse.write(b"end\xff\xd9")
+    (files / "s2.json").write_bytes(_json("s2"))
+    (tmp_path / "src").mkdir()
+    subprocess.run(["tar", "--format=gnu", "-S", "-cf", str(tmp_path / "src" / "part-000.tar"), "-C", str(files),
+                    "s1.json", "s1.jpg", "s2.json"], check=True)
+    rows, _ = _rows(tmp_path, qwen25_processor_dir)
+    assert {key: status for key, (status, _) in rows.items()} == {"s1": "unsupported_member", "s2": "ok"}
+    assert "sparse file" in rows["s1"][1]

@@ -25,7 +25,7 @@ def _scan(tmp_path, processor_dir, **process):
         "data": {"wds_dir": str(tmp_path / "src"), "work_dir": str(tmp_path / "work"),
                  "packed_wds_dir": str(tmp_path / "packed")},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
-        "process": {"max_seconds_per_sample": BUDGET, **process},
+        "process": {"max_seconds_per_sample": BUDGET} | process,
         "scan": {"max_drop_ratio": 1.0},
     }, source="test")  # fmt: skip
     started = time.perf_counter()
@@ -50,3 +50,20 @@ def test_a_sample_past_its_budget_is_dropped_and_the_worker_moves_on(tmp_path, q
 def test_a_budget_that_is_not_positive_is_a_config_error(value):
     with pytest.raises(ConfigError, match=r"process\.max_seconds_per_sample must be > 0"):
         config_from_dict({"process": {"max_seconds_per_sample": value}}, source="test.yaml")
+
+
+def test_a_rerun_with_a_larger_budget_counts_the_too_slow_samples_again(tmp_path, qwen25_processor_dir):
+    shard_with_one_slow_sample(tmp_path / "src" / "part-000.tar")
+    rows, _, _ = _scan(tmp_path, qwen25_processor_dir)
+    assert rows["slow"][0] == "too_slow"
+    again, result, _ = _scan(tmp_path, qwen25_processor_dir, max_seconds_per_sample=1.0)  # smaller: nothing to redo
+    assert again == rows and result.skipped
+    done, result, _ = _scan(tmp_path, qwen25_processor_dir, max_seconds_per_sample=3.0)  # larger: counted again
+    assert not result.skipped and done["before"] == rows["before"]
+    assert done["slow"][0] == "too_slow" and "(3 s)" in done["slow"][1]  # (it needs a minute; 3 s is still short)
+    assert _scan(tmp_path, qwen25_processor_dir, max_seconds_per_sample=3.0)[1].skipped  # and then up to date
+
+
+def test_a_budget_past_the_timers_range_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"at most 1e\+07 seconds, or null for no budget; got inf"):
+        config_from_dict({"process": {"max_seconds_per_sample": float("inf")}}, source="test.yaml")

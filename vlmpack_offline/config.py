@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 CONFIG_SCHEMA_VERSION = 1
+MAX_BUDGET = 1e7  # seconds: process.max_seconds_per_sample at most (the interval timer's range; 115 days)
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 log = logging.getLogger(__name__)
@@ -112,8 +113,9 @@ class ProcessConfig:
     executor: Literal["local", "ray"] = "local"  # local: processes here; ray: one task per shard (ray_executor.py)
     ray_address: str | None = None  # Ray cluster to join ("auto", "host:port"); null: env RAY_ADDRESS, else a local one
     # a sample that takes longer to read and count is dropped as too_slow and the worker moves on (machine-dependent:
-    # the one exception to byte-identical artifacts; not part of the scan's fingerprint)
-    max_seconds_per_sample: float = 120.0
+    # the one exception to byte-identical artifacts; not in the scan's fingerprint: a rerun with a larger budget
+    # rescans the shards that have too_slow samples); null: no budget
+    max_seconds_per_sample: float | None = 120.0
 
 
 @dataclass(**_FROZEN)
@@ -375,9 +377,10 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{src}: sample.max_token_len must be > 0, got {config.sample.max_token_len}")
     if config.process.workers < 1:
         raise ConfigError(f"{src}: process.workers must be >= 1, got {config.process.workers}")
-    if config.process.max_seconds_per_sample <= 0:
-        raise ConfigError(f"{src}: process.max_seconds_per_sample must be > 0 (seconds), got "
-                          f"{config.process.max_seconds_per_sample:g}")
+    budget = config.process.max_seconds_per_sample
+    if budget is not None and not 0 < budget <= MAX_BUDGET:
+        raise ConfigError(f"{src}: process.max_seconds_per_sample must be > 0 and at most {MAX_BUDGET:g} seconds, "
+                          f"or null for no budget; got {budget:g}")
     if config.process.ray_address is not None and config.process.executor != "ray":
         raise ConfigError(f"{src}: process.ray_address is set but process.executor is {config.process.executor!r}: "
                           "set process.executor: ray, or remove process.ray_address")

@@ -4,7 +4,10 @@ The scan reads and counts each sample under ``process.max_seconds_per_sample``, 
 holds its shard (and with it the run) longer than that: a sample that takes longer is dropped as
 ``too_slow`` and the worker moves on. The clock is the process's real-time interval timer
 (``SIGALRM``), which interrupts Python code wherever it runs (a template render, a span search, a
-JSON parse) and C code when it returns to Python. It needs the main thread of a POSIX process:
+JSON parse) and C code when it returns to Python: one C call on a huge input (the tokenizer on a
+single multi-megabyte message) runs to its end first. Past the budget the timer keeps firing every
+``_REPEAT`` seconds until the block ends, so an interrupt that lands in a finalizer (where Python
+drops exceptions) is not the last one. It needs the main thread of a POSIX process:
 the local executor's workers and Ray's task workers are; elsewhere (a thread) the budget is not
 enforced and ``limit`` says so once.
 
@@ -30,7 +33,19 @@ class TooSlow(BaseException):  # noqa: N818 - like KeyboardInterrupt: no `except
     """The work ran past its budget (raised from the timer's signal handler)."""
 
 
+_REPEAT = 0.25  # seconds: past the budget the timer fires again until the block has ended
+_state = threading.local()
+
+
 def _raise(signum, frame) -> None:
+    """Raise ``TooSlow`` into the running code, unless the budget is over or the code is a finalizer: an
+    exception raised in ``__del__`` is printed and dropped by Python, so the next tick tries again."""
+    if not getattr(_state, "active", False):
+        return
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return  # the next tick, once the finalizer has ended
+        frame = frame.f_back
     raise TooSlow
 
 
@@ -47,9 +62,16 @@ def limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    _state.active = True
+    signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)  # fires again until cleared: a swallowed one is not the end
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        while True:  # a tick may land in here too: retry until the timer is off (the budget is over)
+            try:
+                _state.active = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                break
+            except TooSlow:
+                continue

@@ -10,12 +10,14 @@ without it is one ``ConfigError`` line naming that setting.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError
 
-__all__ = ["trusted", "load_pretrained"]
+__all__ = ["trusted", "load_pretrained", "refuse_fallback_tokenizer"]
 
 T = TypeVar("T")
 _SETTING = "model.processor_kwargs.trust_remote_code"
@@ -38,3 +40,23 @@ def load_pretrained(load: Callable[..., T], path: str, *, trust_remote_code: boo
             f"{path} declares its own Python code (auto_map) that loading it needs; vlmpack does not run it unless "
             f"you set {_SETTING}: true (read that code first)"
         ) from None
+
+
+def refuse_fallback_tokenizer(path: str, loaded: str) -> None:
+    """A folder whose ``tokenizer_config.json`` maps ``AutoTokenizer`` to its own class, loaded untrusted: transformers
+    quietly builds a generic tokenizer instead (from ``tokenizer.json``), whose token counts can differ from the
+    folder's own. Refused, naming the setting, unless the class loaded is the one declared."""
+    try:
+        config = json.loads((Path(path) / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return
+    auto = (config.get("auto_map") or {}).get("AutoTokenizer") if isinstance(config, dict) else None
+    declared = str(config.get("tokenizer_class") or "")
+    if not auto or loaded.removesuffix("Fast") == declared.removesuffix("Fast"):
+        return
+    raise ConfigError(
+        f"{path} declares its own tokenizer code ({declared or auto}, auto_map in tokenizer_config.json); without it "
+        f"transformers loads a generic {loaded} whose token counts may differ, so vlmpack does not: set {_SETTING}: "
+        "true (read that code first)"
+    )
+

@@ -199,11 +199,14 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                         f"byte {start}, the {start - header_at} bytes between are lost",
                     )  # fmt: skip
                     break
-                if info.isdir():
-                    continue
+                if info.isdir() or info.type == b"V":
+                    continue  # a directory or a GNU volume label: structure, no data
                 last_name = info.name
-                if not info.isreg():
-                    yield _special_member(info, files)
+                if not info.isreg() or info.issparse():
+                    member = _special_member(info, files)
+                    if member.problem is None:
+                        files[info.name] = member  # a hard link resolved: a later link may name it in turn
+                    yield member
                     continue
                 if info.offset_data + info.size > file_size:
                     yield TarMember(name=info.name, offset=info.offset_data, size=info.size, problem=Reason.TRUNCATED_SHARD)
@@ -217,7 +220,8 @@ def _member(info: tarfile.TarInfo) -> TarMember:
     try:
         info.name.encode("utf-8")
     except UnicodeEncodeError:  # tarfile keeps undecodable bytes as surrogates
-        shown = info.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        # backslash escapes keep two different undecodable names apart (each its own sample and row)
+        shown = info.name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         return TarMember(name=shown, offset=info.offset_data, size=info.size, problem=Reason.BAD_MEMBER_NAME,
                          detail=f"member name {shown!r} is not valid UTF-8; it was not read")  # fmt: skip
     if _unsafe(info.name):
@@ -238,6 +242,10 @@ def _special_member(info: tarfile.TarInfo, files: dict[str, TarMember]) -> TarMe
     target = files.get(info.linkname) if info.islnk() else None
     if target is not None and target.problem is None:
         return TarMember(name=info.name, offset=target.offset, size=target.size)
+    if info.issparse():  # GNU tar -S: holes are not stored, so the bytes at offset_data are not the file
+        return TarMember(name=info.name, offset=info.offset_data, size=0, problem=Reason.UNSUPPORTED_MEMBER,
+                         detail=f"member {info.name!r} is stored as a sparse file (tar -S): its bytes are not "
+                         "contiguous in the tar; write the shard without -S / --sparse")  # fmt: skip
     kind = _KINDS.get(info.type, f"member of tar type {info.type!r}")
     points = f" to {info.linkname!r}" if info.issym() or info.islnk() else ""
     why = ", which is not an earlier regular file of this tar" if info.islnk() else ""

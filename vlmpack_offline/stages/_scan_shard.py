@@ -53,13 +53,13 @@ __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
 _BATCH = 256  # samples per tokenizer call
 
 
-def _batch_seconds(budget: float) -> float:
+def _batch_seconds(budget: float | None) -> float | None:
     """How long a batch may count before its samples are counted alone: a slow sample then holds the shard
     for at most its budget plus this (a tenth of a typical batch's 0.3 s would be too tight; 10 s at most)."""
-    return min(budget / 4, 10.0)
+    return None if budget is None else min(budget / 4, 10.0)
 
 
-def _too_slow(item: _Pending, budget: float, stage: str) -> None:
+def _too_slow(item: _Pending, budget: float | None, stage: str) -> None:
     item.status = Reason.TOO_SLOW
     item.error = (f"{stage} took longer than process.max_seconds_per_sample ({budget:g} s); the worker moved on. "
                   "Raise the budget to keep samples like it, or leave it dropped")
@@ -202,7 +202,7 @@ class ShardScanner:
     def _count_alone(self, item: _Pending):
         """``count_many`` of one sample under what is left of its budget; ``too_slow`` past it."""
         try:
-            with limit(max(self.budget - item.seconds, 0.001)):
+            with limit(None if self.budget is None else max(self.budget - item.seconds, 0.001)):
                 return self._count([item])[0]
         except TooSlow:
             _too_slow(item, self.budget, "rendering its chat template and counting its tokens")

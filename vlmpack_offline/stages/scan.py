@@ -31,6 +31,7 @@ from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
+from ..reasons import Reason
 from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
@@ -122,14 +123,37 @@ def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
     return [ShardTask(shard=p.relative_to(root).as_posix(), path=str(p)) for p in paths]
 
 
-def _pending(tasks: list[ShardTask], manifest: Manifest) -> list[ShardTask]:
+def _pending(tasks: list[ShardTask], manifest: Manifest, retry_below: float | None = None) -> list[ShardTask]:
+    """Shards not in the manifest or changed since; with ``retry_below`` (this run's budget, inf for none), also
+    those holding too_slow samples when it is larger than the budget they were dropped under (``_BUDGET_KEY``)."""
     done = {s.shard: s for s in manifest.shards()}
+    retry: set[str] = set()
+    if retry_below is not None and retry_below > _budget_of(manifest.get_meta(_BUDGET_KEY)):
+        retry = {row[0] for row in manifest.conn.execute(
+            "SELECT DISTINCT shard FROM samples WHERE status = ?", (str(Reason.TOO_SLOW),))}  # fmt: skip
     pending = []
     for task in tasks:
         record = done.get(task.shard)
-        if record is None or (record.size, record.mtime_ns) != task.stat():
+        if record is None or (record.size, record.mtime_ns) != task.stat() or task.shard in retry:
             pending.append(task)
     return pending
+
+
+_BUDGET_KEY = "too_slow_budget"  # manifest meta: the largest budget no too_slow row of the manifest had
+
+
+def _budget_of(value: str | float | None) -> float:
+    """A budget as a number: None / "none" (no budget) is infinite; no meta yet is infinite too (nothing to retry)."""
+    return float("inf") if value in (None, "none") else float(value)
+
+
+def _record_budget(manifest: Manifest, budget: float | None, retried: bool) -> None:
+    """After a run: its budget, or the smaller of it and the one before when no too_slow shard was rescanned."""
+    before = manifest.get_meta(_BUDGET_KEY)
+    value = _budget_of(budget) if budget is not None else float("inf")
+    if before is not None and not retried:
+        value = min(value, _budget_of(before))
+    manifest.set_meta({_BUDGET_KEY: "none" if value == float("inf") else repr(value)})
 
 
 def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Manifest:
@@ -282,7 +306,10 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     inputs_fp = scan_inputs_fingerprint(config)
     jsonl = manifest_jsonl_path(config)
     with _open_manifest(config, inputs_fp, tasks) as manifest:
-        pending = _pending(selected, manifest)
+        budget = _budget_of(config.process.max_seconds_per_sample)
+        pending = _pending(selected, manifest, budget)
+        # every shard with too_slow samples is rescanned under this larger budget (none left out by --limit)
+        retried = budget > _budget_of(manifest.get_meta(_BUDGET_KEY)) and len(selected) == len(tasks)
         if not pending and manifest.get_meta("fingerprint") and jsonl.exists():
             lines, counts = _summary(
                 manifest,
@@ -301,6 +328,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
                 bar.set_postfix(
                     samples=scanned, samples_per_s=f"{scanned / max(bar.format_dict['elapsed'], 1e-9):.0f}"
                 )
+        _record_budget(manifest, config.process.max_seconds_per_sample, retried)
         _write_jsonl(manifest, jsonl)
         left = len(_pending(tasks, manifest))
         if not left:

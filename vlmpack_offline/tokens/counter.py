@@ -31,7 +31,7 @@ from ..config import Config, VideoConfig
 from ..conversation import Conversation
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from ..remote_code import load_pretrained, trusted
+from ..remote_code import load_pretrained, refuse_fallback_tokenizer, trusted
 from .expansion import Expander
 from .media_info import MediaInfo, probe_media
 from .rules import ModelRules, load_model_rules
@@ -100,16 +100,32 @@ def _with_turn_ends(rendered: str, spans: list[tuple[int, int]], tokens: tuple[s
     return out
 
 
-def _last_token(encoding, end: int, n_tokens: int) -> int:
-    """The last token holding any character before ``end``. Byte-level BPE spreads one character over
-    several tokens (an emoji: 👋 -> 2 tokens, each mapped to the whole character), and ``char_to_token``
-    names only the first of them, so an answer ending in 👋 would leave its last byte unlearned."""
-    last = encoding.char_to_token(end - 1)
-    if last is None:
-        return n_tokens - 1
-    while last + 1 < n_tokens and (chars := encoding.token_to_chars(last + 1)) is not None and chars.start < end:
-        last += 1
-    return last
+class _CharTokens:
+    """Which token holds a character, by bisection over the tokens' character offsets: the tokenizer's own
+    ``Encoding.char_to_token`` walks the offsets from the start, so one call per turn made a long
+    conversation's labels quadratic."""
+
+    def __init__(self, offsets: Sequence[tuple[int, int]]) -> None:
+        self.starts = [start for start, _ in offsets]
+        self.ends = [end for _, end in offsets]
+
+    def first(self, pos: int) -> int | None:
+        """The first token holding character ``pos`` (``char_to_token``), or None."""
+        i = bisect.bisect_right(self.starts, pos) - 1
+        while i > 0 and self.starts[i - 1] <= pos < self.ends[i - 1]:
+            i -= 1  # byte-level BPE spreads one character over several tokens, all mapped to it
+        return i if i >= 0 and self.starts[i] <= pos < self.ends[i] else None
+
+    def last_before(self, end: int) -> int:
+        """The last token holding any character before ``end``. Byte-level BPE spreads one character over
+        several tokens (an emoji: 👋 -> 2 tokens, each mapped to the whole character), and ``first`` names
+        only the first of them, so an answer ending in 👋 would leave its last byte unlearned."""
+        last = self.first(end - 1)
+        if last is None:
+            return len(self.starts) - 1
+        while last + 1 < len(self.starts) and self.starts[last + 1] < end:
+            last += 1
+        return last
 
 
 def _require_span(spans: list[tuple[int, int]] | Exception) -> None:
@@ -160,6 +176,8 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     tokenizer = load_pretrained(AutoTokenizer.from_pretrained, path, trust_remote_code=trust_remote_code)
+    if not trust_remote_code:
+        refuse_fallback_tokenizer(path, type(tokenizer).__name__)
     if not tokenizer.chat_template:
         template_file = Path(path) / "chat_template.json"
         if template_file.is_file():
@@ -357,22 +375,23 @@ class TokenCounter:
             last = match.end()
         pieces.append(rendered[last:])
         expanded = "".join(pieces)
-        encoding = self.tokenizer(expanded, add_special_tokens=False)
+        encoding = self.tokenizer(expanded, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(encoding["input_ids"])
         mask = [int(learn_all)] * len(ids)
+        chars = _CharTokens(encoding["offset_mapping"])
 
         def to_expanded(pos: int) -> int:
             k = bisect.bisect_left(starts, pos)  # pads that start strictly before pos
             return pos + (shifts[k - 1] if k else 0)
 
         for start, end in spans:
-            first = encoding.char_to_token(to_expanded(start))
+            first = chars.first(to_expanded(start))
             if first is None:
                 break
-            for position in range(first, _last_token(encoding, to_expanded(end), len(ids)) + 1):
+            for position in range(first, chars.last_before(to_expanded(end)) + 1):
                 mask[position] = 1
         for begin, end in regions:
-            first, final = encoding.char_to_token(begin), encoding.char_to_token(end - 1)
+            first, final = chars.first(begin), chars.first(end - 1)
             for position in range(first, final + 1):
                 mask[position] = 0
         return Materialized(input_ids=ids, assistant_mask=mask)
