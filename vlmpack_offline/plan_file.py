@@ -36,6 +36,7 @@ import numpy as np
 
 from .artifacts import atomic_open, canonical_json
 from .errors import StaleArtifactError
+from .packing.alignment import round_up
 
 __all__ = [
     "Pack", "PlanArrays", "plan_path", "plan_meta_path", "jsonl_path", "write_plan", "write_plan_arrays",
@@ -112,7 +113,7 @@ class PlanArrays:
         if not self.token_len.size:
             return np.zeros(self.n_packs, np.int64)
         lengths = self.token_len.astype(np.int64)
-        return np.add.reduceat(-(-lengths // multiple) * multiple, self.pack_offsets[:-1])
+        return np.add.reduceat(round_up(lengths, multiple), self.pack_offsets[:-1])
 
 
 def plan_path(work_dir: str | Path) -> Path:

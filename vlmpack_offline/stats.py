@@ -25,6 +25,7 @@ import numpy as np
 
 from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
+from .packing.alignment import round_up
 
 __all__ = ["PackStats", "PANELS", "compute_stats", "write_stats", "stats_figure", "read_stats", "stats_paths"]
 
@@ -79,7 +80,7 @@ def compute_stats(
     """``sample_groups`` (one label per length) names the group each sample was packed in; ``multiple``: the
     alignment each length is rounded up to (``pack_totals`` are the aligned totals then)."""
     real = np.asarray(lengths, dtype=np.int64)
-    lengths = -(-real // multiple) * multiple
+    lengths = round_up(real, multiple)
     tokens, packs = int(real.sum()), int(len(pack_totals))
     slots = int(lengths.sum())
     if sample_groups is None:

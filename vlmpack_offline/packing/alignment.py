@@ -28,7 +28,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Alignment", "parallel_multiple"]
+__all__ = ["Alignment", "parallel_multiple", "round_up"]
+
+
+def round_up(lengths, multiple: int):
+    """Each length rounded up to a multiple of ``multiple``: the slots a sub-sample takes once padded
+    (ints, numpy arrays and torch tensors alike)."""
+    return -(-lengths // multiple) * multiple
 
 
 def parallel_multiple(context_parallel_size: int, tensor_model_parallel_size: int, sequence_parallel: bool) -> int:
@@ -59,8 +65,7 @@ class Alignment:
     def aligned(self, lengths: np.ndarray) -> np.ndarray:
         """``ceil(length / multiple) * multiple`` per sub-sample, int64 (the lengths themselves when m = 1)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        m = self.multiple
-        return lengths if m == 1 else -(-lengths // m) * m
+        return lengths if self.multiple == 1 else round_up(lengths, self.multiple)
 
     def describe(self) -> str:
         """The layout as the config keys that set it, e.g. ``context_parallel_size=2 (multiple 4)``."""

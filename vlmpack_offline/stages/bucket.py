@@ -37,6 +37,7 @@ from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerpr
 from ..config import Config, section_fingerprint_payload
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
+from ..packing.alignment import round_up
 from ..reasons import Reason
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
@@ -63,7 +64,7 @@ def overlong_error(token_len: int, capacity: int, multiple: int = 1) -> str:
     if multiple == 1:
         return (f"sample is too long ({token_len} > {capacity} tokens): raise sample.max_token_len "
                 "or leave it dropped")
-    aligned = -(-token_len // multiple) * multiple
+    aligned = round_up(token_len, multiple)
     return (f"sample is too long ({token_len} tokens, {aligned} aligned to a multiple of {multiple} > {capacity}): "
             "raise sample.max_token_len or leave it dropped")
 

@@ -150,7 +150,7 @@ def _budget_of(value: str | float | None) -> float:
 def _record_budget(manifest: Manifest, budget: float | None, retried: bool) -> None:
     """After a run: its budget, or the smaller of it and the one before when no too_slow shard was rescanned."""
     before = manifest.get_meta(_BUDGET_KEY)
-    value = _budget_of(budget) if budget is not None else float("inf")
+    value = _budget_of(budget)
     if before is not None and not retried:
         value = min(value, _budget_of(before))
     manifest.set_meta({_BUDGET_KEY: "none" if value == float("inf") else repr(value)})

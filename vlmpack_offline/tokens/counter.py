@@ -232,9 +232,9 @@ class TokenCounter:
         return None if token_id is None or (unk is not None and token_id == unk) else token_id
 
     @classmethod
-    def from_config(cls, config: Config) -> TokenCounter:
-        """Load rules and the tokenizer once (one counter per worker process)."""
-        rules = load_model_rules(config.model)
+    def from_config(cls, config: Config, rules: ModelRules | None = None) -> TokenCounter:
+        """Load rules (unless given) and the tokenizer once (one counter per worker process)."""
+        rules = rules or load_model_rules(config.model)
         return cls(rules, load_tokenizer(rules.processor_path, trust_remote_code=trusted(config.model.processor_kwargs)),
                    config.video, config.loss.train_on,
                    config.model.chat_template_kwargs)  # fmt: skip

@@ -6,8 +6,7 @@ import dataclasses
 
 from ..config import Config, VideoConfig
 from ..families import family_for
-from ..remote_code import trusted
-from .counter import TokenCounter, load_tokenizer
+from .counter import TokenCounter
 from .rules import ModelRules, load_model_rules, video_fields_read
 
 __all__ = ["make_counter", "counting_path", "video_sampling"]
@@ -47,9 +46,7 @@ def make_counter(config: Config):
     """``TokenCounter`` (fast) or ``SlowCounter``; both offer ``probe``, ``count_many`` and ``count``."""
     rules = load_model_rules(config.model)
     if rules.fast or rules.text_only:
-        return TokenCounter(rules, load_tokenizer(rules.processor_path, trust_remote_code=trusted(config.model.processor_kwargs)),
-                            config.video, config.loss.train_on,
-                            config.model.chat_template_kwargs)  # fmt: skip
+        return TokenCounter.from_config(config, rules)
     from .slow import SlowCounter
 
     return SlowCounter(rules, config)

@@ -51,6 +51,11 @@ class SpanError(ValueError):
     """The template renders an assistant turn in a way we cannot locate in the full text."""
 
 
+def _many_turns(messages: Sequence[dict]) -> bool:
+    """More than ``FEW_TURNS`` answers: ``linear_spans`` is tried before the exact search."""
+    return sum(m.get("role") == "assistant" for m in messages) > FEW_TURNS
+
+
 def has_generation_markers(template: str) -> bool:
     """True when the template marks assistant output with ``{% generation %}``."""
     return bool(_GENERATION.search(template or ""))
@@ -173,17 +178,22 @@ def _marked(message: dict) -> dict:
     if not isinstance(content, list) or not content:
         return {**message, "content": _OPEN + _CLOSE}
     items = [dict(item) if isinstance(item, dict) else item for item in content]
-    for edge, index in ((True, 0), (False, -1)):
-        item = items[index]
-        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
-            item["text"] = _mark_text(item["text"], edge, not edge)
-        elif edge:
-            items.insert(0, {"type": "text", "text": _OPEN})
-        else:
-            items.append({"type": "text", "text": _CLOSE})
-    if len(content) == 1 and isinstance(items[0], dict) and items[0].get("type") == "text":
-        items[0]["text"] = _mark_text(content[0]["text"], True, True)  # one text item holds both marks
+    if len(items) == 1 and _is_text(items[0]):  # one text item holds both marks
+        items[0]["text"] = _mark_text(items[0]["text"], True, True)
+        return {**message, "content": items}
+    if _is_text(items[0]):
+        items[0]["text"] = _mark_text(items[0]["text"], True, False)
+    else:
+        items.insert(0, {"type": "text", "text": _OPEN})
+    if _is_text(items[-1]):
+        items[-1]["text"] = _mark_text(items[-1]["text"], False, True)
+    else:
+        items.append({"type": "text", "text": _CLOSE})
     return {**message, "content": items}
+
+
+def _is_text(item) -> bool:
+    return isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str)
 
 
 def _mark_text(text: str, opening: bool, closing: bool) -> str:
@@ -259,7 +269,7 @@ class ChatRenderer:
         # the prefixes assistant_spans asks for: (conversation, prefix length, add_generation_prompt)
         wanted: list[tuple[int, int, bool]] = []
         for c, messages in enumerate(conversations):
-            if sum(m.get("role") == "assistant" for m in messages) > FEW_TURNS:
+            if _many_turns(messages):
                 continue  # linear_spans renders it whole a few times: no prefixes to batch
             for i, message in enumerate(messages):
                 if message.get("role") == "assistant":
@@ -316,7 +326,7 @@ class ChatRenderer:
     @staticmethod
     def _spans(messages: Sequence[dict], render: Render, full: str) -> list[tuple[int, int]]:
         """``assistant_spans``, through ``linear_spans`` for a conversation of more than ``FEW_TURNS`` answers."""
-        if sum(m.get("role") == "assistant" for m in messages) > FEW_TURNS:
+        if _many_turns(messages):
             found = linear_spans(messages, render, full)
             if found is not None:
                 return found

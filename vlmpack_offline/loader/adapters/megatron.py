@@ -41,7 +41,7 @@ import torch
 from ...errors import ConfigError
 from ...optional import require
 from ...packed_settings import read_packed_settings, written_alignment
-from ...packing.alignment import Alignment
+from ...packing.alignment import Alignment, round_up
 from ..batch import PackBatch
 from ..labels import IGNORE_INDEX
 from .base import Adapter
@@ -107,7 +107,7 @@ class MegatronAdapter(Adapter):
         cu = batch.cu_seqlens.long()
         lengths = cu[1:] - cu[:-1]
         m = self.layout.multiple
-        padded = (lengths + m - 1) // m * m
+        padded = round_up(lengths, m)
         cu_padded = torch.zeros_like(cu)
         torch.cumsum(padded, 0, out=cu_padded[1:])
         total = int(cu_padded[-1])
