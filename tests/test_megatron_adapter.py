@@ -20,15 +20,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _real_packs import build_packed
 from torch.utils.data import DataLoader
 
-from vlmpack_offline.config import Config, config_from_dict
+from vlmpack_offline.config import Config
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder, VisionInputs
 from vlmpack_offline.loader.adapters import MegatronAdapter, cp_partition_indices, cp_slice, packed_seq_params
 from vlmpack_offline.loader.adapters.megatron_stream import MegatronPackStream
 from vlmpack_offline.packing.alignment import Alignment
-from vlmpack_offline.stages import bucket, plan, scan, verify, write
+from vlmpack_offline.stages import verify
 from vlmpack_offline.synthetic.shards import generate_dataset
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
@@ -38,7 +39,6 @@ from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
 
 CAPACITY = 4096
-TINY_VIDEO = {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28, "min_frames": 4, "fps": 2.0}
 LAYOUTS = [  # (context_parallel_size, tensor_model_parallel_size, sequence_parallel): all divide align_to 8
     (1, 1, False), (2, 1, False), (4, 1, False), (1, 2, True), (2, 2, True), (4, 2, True), (2, 2, False),
 ]
@@ -51,19 +51,6 @@ class Packed:
     batches: list[PackBatch]
 
 
-def _build(root: Path, src: Path, processor_dir: Path, **sections) -> Config:
-    raw = {
-        "data": {"wds_dir": str(src), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
-        "sample": {"max_token_len": CAPACITY}, "video": TINY_VIDEO, **sections,
-    }
-    config = config_from_dict(raw, source="test")
-    for stage in (scan, bucket, plan, write, verify):
-        result = stage.run(config)
-        assert result.exit_code == 0, (stage.__name__, result.summary)
-    return config
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("megatron_src")
@@ -74,7 +61,7 @@ def source(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def aligned(tmp_path_factory, source, qwen25_processor_dir) -> Packed:
     root = tmp_path_factory.mktemp("megatron_aligned")
-    config = _build(root, source, qwen25_processor_dir, parallel={"context_parallel_size": 2},
+    config = build_packed(root, source, qwen25_processor_dir, parallel={"context_parallel_size": 2},
                     packing={"align_to": 8})
     encoder = PackEncoder.from_packed_dir(config.packed_wds_dir)
     batches = list(PackDataset(config.packed_wds_dir, encoder, rank=0, world_size=1))
@@ -234,7 +221,7 @@ def test_data_not_aligned_for_the_job_is_refused_naming_both_layouts(aligned, so
     with pytest.raises(ConfigError, match=r"planned for context_parallel_size=2.*align_to=8.*this job runs "
                                           r"context_parallel_size=8.*multiple of 16.*parallel\.context_parallel_size: 8"):
         MegatronAdapter.for_packed_dir(aligned.directory, context_parallel_size=8)
-    plain = _build(tmp_path, source, qwen25_processor_dir)  # written without parallel:
+    plain = build_packed(tmp_path, source, qwen25_processor_dir)  # written without parallel:
     with pytest.raises(ConfigError, match=r"planned without alignment.*this job runs context_parallel_size=2.*Rerun .*"
                                           r"parallel\.context_parallel_size: 2.*packing\.align_to: 4"):
         MegatronAdapter.for_packed_dir(plain.packed_wds_dir, context_parallel_size=2)

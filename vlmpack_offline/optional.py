@@ -11,7 +11,7 @@ from types import ModuleType
 
 from .errors import ConfigError
 
-__all__ = ["EXTRAS", "require", "missing_module_line"]
+__all__ = ["BY_HAND", "EXTRAS", "require", "missing_module_line"]
 
 # import name (a package, or a dotted module of a shared namespace) -> the extra of pyproject.toml that installs it
 EXTRAS: dict[str, str] = {
@@ -22,6 +22,14 @@ EXTRAS: dict[str, str] = {
     "torchvision": "ref",
     "qwen_vl_utils": "ref",
     "mkdocs": "docs",
+    "accelerate": "trainer",
+}
+
+# packages no extra of ours installs (the user's own training stack), and how to get them
+BY_HAND: dict[str, str] = {
+    "trl": "pip install trl",
+    # it pins another transformers than ours; its collaters need only torch (docs/training/automodel.md)
+    "nemo_automodel": "pip install --no-deps nemo-automodel==0.7.0",
 }
 
 
@@ -30,6 +38,8 @@ def missing_module_line(name: str, needed_for: str | None = None) -> str:
     parts = name.split(".")
     top = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in EXTRAS), parts[0])
     what = f"{needed_for} needs" if needed_for else "vlmpack needs"
+    if top in BY_HAND:
+        return f"{what} the `{top}` package, which is not installed: {BY_HAND[top]}"
     if top in EXTRAS:
         return f"{what} the `{top}` package, which is not installed: pip install 'vlmpack-offline[{EXTRAS[top]}]'"
     return (f"{what} the `{top}` package, a dependency of vlmpack that is not installed: reinstall vlmpack "

@@ -12,6 +12,8 @@
     cooker.py        energon cooker (crude tar parts -> CookedPack)
     task_encoder.py  PackTaskEncoder for megatron-energon
     dataset.py       PackDataset: plain PyTorch IterableDataset (webdataset, rank/worker split)
+    sequence.py      PackSequence: map-style, item i = the pack rank i % W reads (frameworks that shard)
+    adapters/        one module per training framework (Megatron, transformers.Trainer, NeMo Automodel)
 """
 
 from .attention import block_causal_mask, segment_ids, varlen_attention, varlen_backend
@@ -32,6 +34,10 @@ def __getattr__(name: str):
         from . import dataset
 
         return getattr(dataset, name)
+    if name == "PackSequence":
+        from .sequence import PackSequence
+
+        return PackSequence
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -48,6 +54,7 @@ __all__ = [
     "segment_ids",
     "PackTaskEncoder",
     "PackDataset",
+    "PackSequence",
     "packed_shards",
     "iter_cooked_packs",
 ]

@@ -280,18 +280,22 @@ class PackDataset(IterableDataset):
         in_worker = get_worker_info() is not None
         epoch = self.epoch
         for k, epoch_len, cooked in self.iter_cooked():
-            if cooked.pack.split != self.split:
-                raise ShardError(
-                    f"pack {cooked.pack.pack_id} ({cooked.__restore_key__[1]}) says split {cooked.pack.split!r} "
-                    f"but {META_DIR}/split.yaml lists its tar under {self.split!r}; rerun `vlmpack write`"
-                )
-            batch = self.encoder.encode(cooked.pack, cooked.media)
-            batch = replace(batch, position=PackPosition(epoch=epoch, index=k, epoch_len=epoch_len))
-            if in_worker:  # fail here, with the pack named, rather than in the queue's feeder thread (a hang)
-                ensure_picklable(batch, f"pack {batch.pack_id}'s PackBatch")
-            else:
+            batch = self.encode_cooked(cooked, PackPosition(epoch=epoch, index=k, epoch_len=epoch_len))
+            if not in_worker:
                 self._progress = (epoch, k + 1)
             yield batch
+
+    def encode_cooked(self, cooked: CookedPack, position: PackPosition) -> PackBatch:
+        """One read pack as the batch at ``position``: its split checked, picklable when built in a worker."""
+        if cooked.pack.split != self.split:
+            raise ShardError(
+                f"pack {cooked.pack.pack_id} ({cooked.__restore_key__[1]}) says split {cooked.pack.split!r} "
+                f"but {META_DIR}/split.yaml lists its tar under {self.split!r}; rerun `vlmpack write`"
+            )
+        batch = replace(self.encoder.encode(cooked.pack, cooked.media), position=position)
+        if get_worker_info() is not None:  # fail here, with the pack named, not in the queue's feeder thread (a hang)
+            ensure_picklable(batch, f"pack {batch.pack_id}'s PackBatch")
+        return batch
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self, last_batch: PackBatch | None = None) -> dict:

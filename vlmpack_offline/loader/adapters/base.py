@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
+from ...errors import ConfigError
 from ..batch import PackBatch
 
-__all__ = ["Adapter"]
+__all__ = ["Adapter", "check_model_family"]
 
 
 class Adapter(ABC):
@@ -45,3 +47,17 @@ class Adapter(ABC):
                 "DataLoader(..., batch_size=None) or batch_size=1, and micro_batch_size 1 in the framework"
             )
         return self.convert(items[0])
+
+
+def check_model_family(who: str, packed_wds_dir: str | Path, packed_model_type: str, model: Any) -> None:
+    """Refuse a model of another family than the packs were counted for (its token ids and lengths differ)."""
+    config = getattr(model, "config", model)  # a model (PEFT-wrapped too), or its config
+    model_type = getattr(config, "model_type", None)
+    if model_type is None:
+        raise ConfigError(f"{who}: cannot tell the model's family ({type(model).__name__} has no config.model_type)")
+    if model_type != packed_model_type:
+        raise ConfigError(
+            f"{who}: {packed_wds_dir} was packed for model_type {packed_model_type!r} but the model is "
+            f"{model_type!r}: its token ids, media tokens and lengths differ; pack the data with that model's "
+            "processor, or train the model the packs were made for"
+        )

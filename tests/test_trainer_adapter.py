@@ -1,0 +1,224 @@
+"""``transformers.Trainer`` trains on real packs: its own loop, sampler, workers, loss scaling and resume.
+
+A real packed dataset (real stages, a real processor folder, images and videos) is trained on by
+a real ``Trainer`` (``PackedTrainer`` = the Trainer with ``PackedTrainerMixin``) for a few steps of two
+micro-batches each, DataLoader workers on, learning rate 0 so the model stays the one the oracle
+runs. Oracle: each sub-sample of the step's packs encoded alone and run alone through the same HF
+model (no mask, no positions given: the model's own). Per-step loss (the sum of the step's
+micro-batch losses the Trainer returns) equals the oracle's: the mean over the step's sub-samples
+of each one's mean token loss (``loss="sample"``), or the mean over all their scored tokens
+(``loss="token"``). Then a checkpoint, and ``train(resume_from_checkpoint=...)`` continues with the
+next pack. Gemma3 (sliding-window layers, image blocks) runs the same per-sample check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from _real_packs import build_packed
+
+from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.loader import EncoderOptions, PackEncoder
+from vlmpack_offline.loader.adapters import PackedTrainerMixin, TrainerPacks
+from vlmpack_offline.packed_format import PackedSample
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import generate_dataset
+from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+from transformers import Trainer, TrainingArguments  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning")]  # fmt: skip
+
+CAPACITY = 2048
+GA = 2  # micro-batches per optimizer step
+
+
+class RecordingTrainer(PackedTrainerMixin, Trainer):
+    """The real Trainer; only records what each micro-batch's step returned and which tokens it trained on."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.micro: list[tuple[tuple[int, ...], float]] = []
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        ids = tuple(inputs["input_ids"][0].tolist())
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.micro.append((ids, loss.item()))
+        return loss
+
+
+@pytest.fixture(scope="module")
+def qwen2_packed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("trainer_qwen2")
+    processor = build_processor_dir(root / "processor", "qwen2_vl")
+    generate_dataset(root / "src", seed=21, n_shards=2, samples_per_shard=24, include_faults=False)
+    config = build_packed(root, root / "src", processor, capacity=CAPACITY, scan={"max_drop_ratio": 1.0})
+    return config.packed_wds_dir
+
+
+def _args(out: Path, **overrides) -> TrainingArguments:
+    values = dict(output_dir=str(out), per_device_train_batch_size=1, gradient_accumulation_steps=GA, max_steps=3,
+                  learning_rate=0.0, dataloader_num_workers=2, logging_steps=1, report_to=[], use_cpu=True,
+                  save_strategy="no", seed=0, disable_tqdm=True)  # fmt: skip
+    values.update(overrides)
+    return TrainingArguments(**values)
+
+
+def _alone(model, encoder: PackEncoder, packs, pack_index: int) -> list[tuple[float, int]]:
+    """(mean token loss, scored tokens) of every sub-sample of the pack, each run alone."""
+    cooked = packs.read(pack_index)
+    out = []
+    with torch.no_grad():
+        for sub in cooked.pack.samples:
+            single = encoder.encode(PackedSample(pack_id=0, capacity=1 << 20, split="train", samples=(sub,)),
+                                    cooked.media)  # fmt: skip
+            kwargs = {"token_type_ids": single.token_type_ids} if single.token_type_ids is not None else {}
+            if encoder.rope.is_mrope:  # what the processor returns beside input_ids; the model makes its rope index
+                kwargs["mm_token_type_ids"] = encoder.rope.mm_token_type_ids(single.input_ids)
+            loss = model(input_ids=single.input_ids, labels=single.labels, use_cache=False, **kwargs,
+                         **single.vision).loss  # fmt: skip
+            out.append((loss.item(), int((single.labels[0, 1:] != -100).sum())))
+    return out
+
+
+def _oracle_steps(packed: Path, packs: TrainerPacks, loss: str, steps: int, model) -> list[float]:
+    dataset, encoder = packs.dataset, PackEncoder.from_packed_dir(packed)
+    result = []
+    for step in range(steps):
+        subs = [s for m in range(GA) for s in _alone(model, encoder, dataset.packs.packs,
+                                                     dataset.pack_index(step * GA + m))]  # fmt: skip
+        scored = [(mean, n) for mean, n in subs if n]
+        if loss == "sample":
+            result.append(sum(mean for mean, _ in scored) / len(scored))
+        else:
+            result.append(sum(mean * n for mean, n in scored) / sum(n for _, n in scored))
+    return result
+
+
+def _step_losses(trainer) -> list[float]:
+    return [sum(loss for _, loss in trainer.micro[i : i + GA]) for i in range(0, len(trainer.micro), GA)]
+
+
+@pytest.mark.parametrize("loss", ["sample", "token"])
+def test_trainer_step_loss_equals_the_samples_run_one_by_one(qwen2_packed, tmp_path, loss):
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(tmp_path / "out")
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss=loss)
+    trainer = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    trainer.train()
+    assert len(trainer.micro) == 3 * GA  # DataLoader workers on: every micro-batch came through them
+    # the Trainer read the plan's order: micro-batch k is item k
+    for k, (ids, _) in enumerate(trainer.micro):
+        expected = packs.dataset.packs.packs.read(packs.dataset.pack_index(k))
+        assert len(ids) == sum(sub.token_len for sub in expected.pack.samples)
+    got = _step_losses(trainer)
+    want = _oracle_steps(qwen2_packed, packs, loss, 3, model.eval())
+    assert len(got) == 3
+    for step, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert abs(a - b) < 1e-4 * max(1.0, abs(b)), (loss, step, a, b)
+
+
+def test_resume_from_a_checkpoint_continues_with_the_next_pack(qwen2_packed, tmp_path):
+    out = tmp_path / "out"
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(out, max_steps=4, save_strategy="steps", save_steps=2)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model)
+    first = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    first.train()
+    assert (out / "checkpoint-2").is_dir()
+
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model)
+    second = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    second.train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert [ids for ids, _ in second.micro] == [ids for ids, _ in first.micro[2 * GA :]]  # the next packs
+    for (_, a), (_, b) in zip(second.micro, first.micro[2 * GA :], strict=True):
+        assert abs(a - b) < 1e-4 * max(1.0, abs(b))  # the same micro-batches, normalised over the same steps
+
+
+def test_gemma3_step_loss_equals_its_samples_run_one_by_one(tmp_path):
+    from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
+
+    folder = build_processor_dir(tmp_path / "gemma3", "gemma3")
+    ids = AutoProcessor.from_pretrained(folder).tokenizer.convert_tokens_to_ids
+    config = Gemma3Config(
+        text_config=dict(vocab_size=len(AutoProcessor.from_pretrained(folder).tokenizer), hidden_size=64,
+                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                         max_position_embeddings=4096),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=896, patch_size=14),
+        mm_tokens_per_image=256, boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    config.save_pretrained(folder)  # the loader reads the model's own config.json (sliding window)
+    generate_dataset(tmp_path / "src", seed=3, n_shards=2, samples_per_shard=12, include_faults=False, video=False)
+    packed = build_packed(tmp_path, tmp_path / "src", folder, capacity=CAPACITY, video=None,
+                          scan={"max_drop_ratio": 1.0})
+    torch.manual_seed(0)
+    model = Gemma3ForConditionalGeneration(config)
+    args = _args(tmp_path / "out", max_steps=2)
+    packs = TrainerPacks.for_packed_dir(packed.packed_wds_dir, args, model=model)
+    trainer = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    trainer.train()
+    got, want = _step_losses(trainer), _oracle_steps(packed.packed_wds_dir, packs, "sample", 2, model.eval())
+    for a, b in zip(got, want, strict=True):
+        assert abs(a - b) < 1e-4 * max(1.0, abs(b))
+
+
+def test_a_plain_trainer_that_shuffles_is_refused_at_the_first_pack_out_of_order(qwen2_packed, tmp_path):
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(tmp_path / "out", dataloader_num_workers=0, max_steps=6)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss="token")
+    trainer = Trainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    with pytest.raises(ConfigError, match="train_sampling_strategy='sequential'"):
+        trainer.train()  # the default sampler is random
+
+
+def test_a_plain_trainer_with_the_per_sample_loss_is_refused(qwen2_packed, tmp_path):
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(tmp_path / "out", dataloader_num_workers=0, train_sampling_strategy="sequential")
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss="sample")
+    trainer = Trainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    with pytest.raises(ConfigError, match="train with PackedTrainer"):
+        trainer.train()
+
+
+def test_bad_settings_are_refused_naming_the_fix(qwen2_packed, tmp_path):
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    with pytest.raises(ConfigError, match="per_device_train_batch_size=2: a pack is one micro-batch"):
+        TrainerPacks.for_packed_dir(qwen2_packed, _args(tmp_path, per_device_train_batch_size=2), model=model)
+    with pytest.raises(ConfigError, match="dataloader_persistent_workers=True"):
+        TrainerPacks.for_packed_dir(qwen2_packed, _args(tmp_path, dataloader_persistent_workers=True))
+    with pytest.raises(ConfigError, match=r"packed for model_type 'qwen2_vl' but the model is 'qwen2_5_vl'"):
+        TrainerPacks.for_packed_dir(qwen2_packed, _args(tmp_path), model=tiny_qwen_vl("qwen2_5_vl"))
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, _args(tmp_path))
+    trainer = RecordingTrainer(model=model, args=_args(tmp_path, gradient_accumulation_steps=3),
+                               train_dataset=packs.dataset, data_collator=packs.collator)  # fmt: skip
+    with pytest.raises(ConfigError, match="cut for gradient_accumulation_steps=2 but the Trainer runs with 3"):
+        trainer.train()
+
+
+def test_accelerates_sharding_gives_each_rank_its_packdataset_order(qwen2_packed):
+    from accelerate.data_loader import prepare_data_loader
+    from torch.utils.data import DataLoader, SequentialSampler
+
+    from vlmpack_offline.loader import PackDataset, PackSequence
+
+    encoder = PackEncoder.from_packed_dir(qwen2_packed, options=EncoderOptions())
+    world = 2
+    sequence = PackSequence(qwen2_packed, encoder, world_size=world, micro_batches_per_step=GA)
+    for rank in range(world):
+        loader = DataLoader(sequence, batch_size=1, sampler=SequentialSampler(sequence), collate_fn=lambda b: b[0])
+        shard = prepare_data_loader(loader, num_processes=world, process_index=rank, put_on_device=False)
+        got = [batch.pack_id for batch in shard]
+        order = PackDataset(qwen2_packed, encoder, rank=rank, world_size=world).rank_order(0)
+        ids = [PackDataset(qwen2_packed, encoder, rank=0, world_size=1).packs.read(int(i)).pack.pack_id
+               for i in order[: len(got)]]  # fmt: skip
+        assert len(got) == len(sequence) // world and got == ids

@@ -1,0 +1,95 @@
+"""``PackSequence``: the packs of a split as a map-style dataset, item ``i`` in the order the ranks read them.
+
+Frameworks that shard a map-style dataset themselves (accelerate's ``BatchSamplerShard`` under
+``transformers.Trainer``, ``DistributedSampler(shuffle=False)`` under NeMo Automodel) give
+data-parallel rank r of W the items r, r + W, r + 2W, ... So item ``i`` of an epoch is the pack
+rank ``i % W`` reads at its step ``i // W``::
+
+    perm (epoch e)   = numpy.random.default_rng((seed, e)).permutation(N)     as PackDataset
+    item i           = pack perm[i]
+    rank r, k-th     = perm[k * W + r]  = PackDataset(rank=r, world_size=W).rank_order(e)[k]
+
+The length is cut to a multiple of ``W * micro_batches_per_step``, so every rank runs the same
+number of full optimizer steps (the packs left over differ each epoch, as in ``PackDataset``).
+DataLoader workers read by index: a rank never reads another rank's packs, and resuming at a
+sampler position reads nothing it skips. ``set_epoch`` picks the epoch's permutation (frameworks
+call it before each epoch); a worker keeps the epoch it was started with, so persistent workers
+need a new DataLoader iterator per epoch.
+
+A sampler that shuffles the items would undo the order (and the balance the plan builds into it):
+the first item asked for out of order in one process raises, naming the sampler setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from ..errors import ConfigError
+from .batch import PackBatch, PackPosition
+from .encoder import PackEncoder
+
+__all__ = ["PackSequence"]
+
+
+class PackSequence(Dataset):
+    """The split's packs in the ranks' reading order for ``world_size`` data-parallel ranks (module doc).
+
+    ``transform``: applied to each ``PackBatch`` in ``__getitem__`` (in the DataLoader workers), e.g.
+    ``AutomodelAdapter.pack`` for a framework whose collate function takes its own per-pack dicts.
+    """
+
+    def __init__(self, packed_wds_dir: str | Path, encoder: PackEncoder, *, world_size: int = 1,
+                 micro_batches_per_step: int = 1, seed: int = 0, split: str = "train",
+                 transform: Callable[[PackBatch], Any] | None = None) -> None:
+        from .dataset import PackDataset
+
+        for name, value in (("world_size", world_size), ("micro_batches_per_step", micro_batches_per_step)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{type(self).__name__}: {name} must be a positive integer, got {value!r}")
+        self.packs = PackDataset(packed_wds_dir, encoder, split=split, rank=0, world_size=1, seed=seed)
+        self.world_size = world_size
+        self.micro_batches_per_step = micro_batches_per_step
+        self.transform = transform
+        self.epoch = 0
+        self._last: int | None = None  # the last item this process read in this epoch (order check)
+        self._order: tuple[int, Any] | None = None  # (epoch, its permutation): computed once per epoch
+        per_step = world_size * micro_batches_per_step
+        self.length = len(self.packs.packs) // per_step * per_step
+        if self.length == 0:
+            raise ConfigError(
+                f"split {split!r} of {packed_wds_dir} has {len(self.packs.packs)} packs, fewer than one optimizer "
+                f"step takes ({world_size} ranks x {micro_batches_per_step} micro-batches)"
+            )
+
+    def __len__(self) -> int:
+        return self.length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s permutation from the next item on."""
+        self.epoch = epoch
+        self._last = None
+
+    def pack_index(self, i: int, epoch: int | None = None) -> int:
+        """Which pack of the split item ``i`` of ``epoch`` is (data-parallel rank ``i % world_size`` reads it)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, self.packs.rank_order(epoch))
+        return int(self._order[1][i])
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.length:
+            raise IndexError(i)
+        if self._last is not None and i < self._last:
+            raise ConfigError(
+                f"item {i} was asked for after item {self._last} of epoch {self.epoch}: the sampler shuffles the "
+                "packs, which undoes the plan's order and balance; use a sequential sampler (transformers: "
+                "PackedTrainer or train_sampling_strategy='sequential'; DistributedSampler: shuffle=False)"
+            )
+        self._last = i
+        position = PackPosition(epoch=self.epoch, index=i, epoch_len=self.length)
+        batch = self.packs.encode_cooked(self.packs.packs.read(self.pack_index(i)), position)
+        return batch if self.transform is None else self.transform(batch)
