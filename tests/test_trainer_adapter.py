@@ -222,3 +222,39 @@ def test_accelerates_sharding_gives_each_rank_its_packdataset_order(qwen2_packed
         ids = [PackDataset(qwen2_packed, encoder, rank=0, world_size=1).packs.read(int(i)).pack.pack_id
                for i in order[: len(got)]]  # fmt: skip
         assert len(got) == len(sequence) // world and got == ids
+
+
+@pytest.mark.parametrize("loss", ["sample", "token"])
+def test_two_ranks_each_train_their_packs_and_the_step_loss_spans_both(qwen2_packed, tmp_path, loss):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    world, steps = 2, 2
+    script = Path(__file__).with_name("_ddp_trainer.py")
+    env = {**os.environ, "PYTHONPATH": str(script.parent), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
+                           "--standalone", str(script), str(qwen2_packed), str(tmp_path), loss],
+                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0).eval()
+    args = _args(tmp_path / "check")  # one process: the same items, read by index
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss=loss)
+    encoder = PackEncoder.from_packed_dir(qwen2_packed)
+    for step in range(steps):
+        subs = []
+        for rank in range(world):
+            for m in range(GA):
+                k = step * GA + m  # this rank's k-th micro-batch is item k * W + rank
+                index = packs.dataset.packs.rank_order(0)[k * world + rank]
+                cooked = packs.dataset.packs.packs.read(int(index))
+                assert ranks[rank]["micro"][k][0] == sum(s.token_len for s in cooked.pack.samples)
+                subs += _alone(model, encoder, packs.dataset.packs.packs, int(index))
+        scored = [(mean, n) for mean, n in subs if n]
+        want = (sum(mean for mean, _ in scored) / len(scored) if loss == "sample"
+                else sum(mean * n for mean, n in scored) / sum(n for _, n in scored))  # fmt: skip
+        # each rank's loss is scaled by W (DDP averages gradients over ranks): their mean is the step's loss
+        got = sum(loss_ for r in ranks for _, loss_ in r["micro"][step * GA : (step + 1) * GA]) / world
+        assert abs(got - want) < 1e-4 * max(1.0, abs(want)), (loss, step, got, want)
