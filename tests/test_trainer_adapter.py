@@ -258,3 +258,31 @@ def test_two_ranks_each_train_their_packs_and_the_step_loss_spans_both(qwen2_pac
         # each rank's loss is scaled by W (DDP averages gradients over ranks): their mean is the step's loss
         got = sum(loss_ for r in ranks for _, loss_ in r["micro"][step * GA : (step + 1) * GA]) / world
         assert abs(got - want) < 1e-4 * max(1.0, abs(want)), (loss, step, got, want)
+
+
+def test_flash_attention_batches_give_transformers_flash_path_the_sub_sample_boundaries(qwen2_packed, tmp_path):
+    from transformers.modeling_flash_attention_utils import (
+        _is_packed_sequence,
+        prepare_fa_kwargs_from_position_ids,
+    )
+
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(tmp_path, dataloader_num_workers=0)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss="token",
+                                        attn_implementation="flash_attention_2")  # fmt: skip
+    packs.dataset.read_by_packed_trainer = True
+    seen = set()
+    for i in range(len(packs.dataset)):
+        batch = packs.dataset[i]
+        micro = packs.collator([batch])
+        assert "attention_mask" not in micro  # flash-attention takes boundaries, never a mask
+        text_row = micro["position_ids"][0]  # HF's Qwen-VL text models read the leading text row
+        (cu_q, cu_k), (max_q, _) = prepare_fa_kwargs_from_position_ids(text_row)
+        assert torch.equal(cu_q, batch.cu_seqlens) and int(max_q) == batch.max_seqlen
+        assert bool(_is_packed_sequence(text_row, 1)) == (batch.n_segments > 1)
+        if len(batch.vision):  # HF hands these kwargs to the vision tower too: there it derives them itself
+            assert "cu_seq_lens_q" not in micro
+        else:
+            assert torch.equal(micro["cu_seq_lens_q"], cu_q) and micro["max_length_q"] == batch.max_seqlen
+        seen.add(bool(len(batch.vision)))
+    assert seen == {True, False}
