@@ -104,8 +104,8 @@ def _step_losses(trainer) -> list[float]:
     return [sum(loss for _, loss in trainer.micro[i : i + GA]) for i in range(0, len(trainer.micro), GA)]
 
 
-@pytest.mark.parametrize("loss", ["sample", "token"])
-def test_trainer_step_loss_equals_the_samples_run_one_by_one(qwen2_packed, tmp_path, loss):
+def test_trainer_step_loss_equals_the_samples_run_one_by_one(qwen2_packed, tmp_path):
+    loss = "sample"  # the token loss: the two-rank test below
     model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
     args = _args(tmp_path / "out")
     packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model, loss=loss)
@@ -126,7 +126,7 @@ def test_trainer_step_loss_equals_the_samples_run_one_by_one(qwen2_packed, tmp_p
 def test_resume_from_a_checkpoint_continues_with_the_next_pack(qwen2_packed, tmp_path):
     out = tmp_path / "out"
     model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
-    args = _args(out, max_steps=4, save_strategy="steps", save_steps=2)
+    args = _args(out, max_steps=3, save_strategy="steps", save_steps=2)
     packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model)
     first = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
     first.train()
