@@ -17,6 +17,9 @@ REF_VENV  ?= .venv-ref
 REF_PY    := $(REF_VENV)/bin/python
 REF_STAMP := $(REF_VENV)/.installed
 REF_LOCK  ?= requirements/ref.txt
+# NeMo Automodel, installed with --no-deps after the lock in .venv and .venv-ref (it pins an older transformers;
+# its VLM collaters import with the lock's packages): requirements/automodel.in, bumped by hand, not by make lock.
+NODEPS_LOCK := requirements/automodel.txt
 # A training image without vlmpack: megatron-energon alone opens every packed layout (tests/test_energon_portability.py).
 ENERGON_VENV  := .venv-energon
 ENERGON_STAMP := $(ENERGON_VENV)/.installed
@@ -37,20 +40,22 @@ install-ref: $(REF_STAMP)
 install-energon: $(ENERGON_STAMP)
 
 # A fresh venv, the lock with --require-hashes (every dependency pinned and hashed, so nothing unlocked can
-# slip in), then vlmpack itself without dependencies or build isolation (its build backend is in the lock).
+# slip in), the no-deps file $(3) if given (hashed too), then vlmpack itself without dependencies or build
+# isolation (its build backend is in the lock).
 define install_locked
 	python3 -m venv --clear $(1)
 	$(1)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r $(2)
+	$(if $(3),$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r $(3))
 	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(1)/bin/python scripts/lock_check.py --quiet $(2)
+	$(1)/bin/python scripts/lock_check.py --quiet $(2) $(if $(3),--with $(3))
 endef
 
-$(STAMP): pyproject.toml $(CORE_LOCK)
-	$(call install_locked,$(VENV),$(CORE_LOCK))
+$(STAMP): pyproject.toml $(CORE_LOCK) $(NODEPS_LOCK)
+	$(call install_locked,$(VENV),$(CORE_LOCK),$(NODEPS_LOCK))
 	touch $(STAMP)
 
-$(REF_STAMP): pyproject.toml $(REF_LOCK)
-	$(call install_locked,$(REF_VENV),$(REF_LOCK))
+$(REF_STAMP): pyproject.toml $(REF_LOCK) $(NODEPS_LOCK)
+	$(call install_locked,$(REF_VENV),$(REF_LOCK),$(NODEPS_LOCK))
 	touch $(REF_STAMP)
 
 # Not vlmpack itself: only the lock (megatron-energon, torch and their dependencies).
@@ -75,8 +80,8 @@ test-ref: install-ref
 	$(REF_PY) -m pytest -n 2 -m torchvision
 
 versions: install install-ref
-	$(PY) scripts/lock_check.py $(CORE_LOCK)
-	$(REF_PY) scripts/lock_check.py $(REF_LOCK)
+	$(PY) scripts/lock_check.py $(CORE_LOCK) --with $(NODEPS_LOCK)
+	$(REF_PY) scripts/lock_check.py $(REF_LOCK) --with $(NODEPS_LOCK)
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
@@ -86,6 +91,7 @@ config-doc: install
 	$(PY) -m vlmpack_offline.config_reference > docs/config.md
 
 # Refresh every lock to the newest releases (pip's configured registry and find-links decide what exists).
+# requirements/automodel.txt is not compiled (it installs with --no-deps): bump it by hand (automodel.in).
 lock:
 	python3 -m venv --clear $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/tools.txt

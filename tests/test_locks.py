@@ -40,8 +40,21 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_the_five_locks_are_there():
-    assert {p.name for p in LOCKS} == {"core.txt", "ref.txt", "oldest.txt", "tools.txt", "energon.txt"}
+def test_the_locks_are_there():
+    assert {p.name for p in LOCKS} == {"core.txt", "ref.txt", "oldest.txt", "tools.txt", "energon.txt",
+                                       "automodel.txt"}
+
+
+def test_the_no_deps_file_pins_only_what_its_in_names_and_no_lock_pins_it_too():
+    """requirements/automodel.txt (installed with --no-deps, written by hand) holds exactly automodel.in's pins."""
+    check = _lock_check()
+    assert check.NO_DEPS_LOCKS == ("automodel.txt",)
+    pins = check.read_pins(REQ / "automodel.txt")
+    assert pins == check.read_pins(REQ / "automodel.in") == {"nemo-automodel": "0.7.0"}
+    for lock in ("core.txt", "ref.txt", "oldest.txt", "energon.txt"):
+        assert not set(pins) & set(check.read_pins(REQ / lock)), lock
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--no-deps --require-hashes -r $(3)" in makefile and "NODEPS_LOCK := requirements/automodel.txt" in makefile
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
@@ -99,3 +112,31 @@ def test_lock_check_names_each_difference():
         "torch: lock 2.13.0+cpu, installed 2.15.0",
         "rich: installed 14.0, not in the lock",
     ]
+    # a package of a no-deps file beside the lock: may be absent, must be at its pin when installed
+    beside = {"nemo-automodel": "0.7.0"}
+    assert compare(pins, {"torch": "2.13.0+cpu", "numpy": "2.4.6"}, beside) == []
+    assert compare(pins, {"torch": "2.13.0+cpu", "numpy": "2.4.6", "nemo-automodel": "0.7.0"}, beside) == []
+    assert compare(pins, {"torch": "2.13.0+cpu", "numpy": "2.4.6", "nemo-automodel": "0.6.0"}, beside) == [
+        "nemo-automodel: lock 0.7.0, installed 0.6.0"]
+    assert compare(pins, {"torch": "2.13.0+cpu", "numpy": "2.4.6", "nemo-automodel": "0.7.0"}) == [
+        "nemo-automodel: installed 0.7.0, not in the lock"]
+
+
+def test_lock_check_reads_the_no_deps_file_beside_the_lock_and_requires_it_with_with(tmp_path, monkeypatch, capsys):
+    check = _lock_check()
+    lock, nodeps = tmp_path / "core.txt", tmp_path / "automodel.txt"
+    lock.write_text("torch==2.13.0+cpu \\\n    --hash=sha256:00\n")
+    nodeps.write_text("nemo-automodel==0.7.0 \\\n    --hash=sha256:00\n")
+
+    def run(*args, **have):
+        monkeypatch.setattr(check, "installed", lambda: {"pip": "23.2.1", **have})
+        return check.main(["--quiet", str(lock), *args])
+
+    assert run(torch="2.13.0+cpu") == 0  # .venv-energon: nemo-automodel is not installed there
+    assert run(torch="2.13.0+cpu", **{"nemo-automodel": "0.7.0"}) == 0
+    assert run(torch="2.13.0+cpu", **{"nemo-automodel": "0.6.0"}) == 1
+    assert run("--with", str(nodeps), torch="2.13.0+cpu") == 1  # make install: it must be there
+    assert run("--with", str(nodeps), torch="2.13.0+cpu", **{"nemo-automodel": "0.7.0"}) == 0
+    nodeps.unlink()
+    assert run(torch="2.13.0+cpu", **{"nemo-automodel": "0.7.0"}) == 1  # no file beside: a stray
+    assert "nemo-automodel: installed 0.7.0, not in the lock" in capsys.readouterr().out
