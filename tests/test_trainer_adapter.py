@@ -34,7 +34,7 @@ from transformers import Trainer, TrainingArguments  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning")]  # fmt: skip
 
-CAPACITY = 2048
+CAPACITY = 1024
 GA = 2  # micro-batches per optimizer step
 
 
