@@ -286,3 +286,19 @@ def test_flash_attention_batches_give_transformers_flash_path_the_sub_sample_bou
             assert torch.equal(micro["cu_seq_lens_q"], cu_q) and micro["max_length_q"] == batch.max_seqlen
         seen.add(bool(len(batch.vision)))
     assert seen == {True, False}
+
+
+def test_evaluation_averages_each_packs_per_sample_loss(qwen2_packed, tmp_path):
+    from torch.utils.data import Subset
+
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    args = _args(tmp_path / "out", per_device_eval_batch_size=1, dataloader_num_workers=0)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, model=model)
+    trainer = RecordingTrainer(model=model, args=args, train_dataset=packs.dataset, data_collator=packs.collator)
+    metrics = trainer.evaluate(eval_dataset=Subset(packs.dataset, range(2)))
+    encoder = PackEncoder.from_packed_dir(qwen2_packed)
+    per_pack = []
+    for i in range(2):
+        scored = [m for m, n in _alone(model.eval(), encoder, packs.dataset.packs.packs, packs.dataset.pack_index(i)) if n]
+        per_pack.append(sum(scored) / len(scored))
+    assert abs(metrics["eval_loss"] - sum(per_pack) / 2) < 1e-4 * max(1.0, metrics["eval_loss"])

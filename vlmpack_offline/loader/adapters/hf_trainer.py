@@ -174,17 +174,20 @@ class PackedTrainerMixin:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)  # fmt: skip
         weights, labels = inputs.pop(LOSS_WEIGHTS), inputs.pop("labels")
-        inputs.pop(LOSS_SAMPLES, None)  # evaluation batches do not go through get_batch_samples
+        # still here when the batch did not come through get_batch_samples (evaluation, where the Trainer
+        # counts the batch's tokens): normalise over this batch's own sub-samples then
+        samples = inputs.pop(LOSS_SAMPLES, None)
         outputs = model(**inputs)
         token_loss = torch.nn.functional.cross_entropy(
             outputs.logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100, reduction="none"
         )  # HF's causal-LM shift: position t predicts label t + 1
         total = (token_loss * weights[:, 1:].flatten()).sum()
-        if num_items_in_batch is None:  # evaluation: this micro-batch's own sub-samples
-            num_items_in_batch = max(1, int((weights[:, 1:] > 0).any(-1).sum()))  # at least the pack
-        loss = total / num_items_in_batch
-        if self.args.world_size > 1:  # DDP averages gradients over ranks; the count already spans them
-            loss = loss * self.args.world_size
+        if samples is not None:
+            loss = total / max(1, int(samples))
+        else:
+            loss = total / num_items_in_batch
+            if self.args.world_size > 1:  # DDP averages gradients over ranks; the count already spans them
+                loss = loss * self.args.world_size
         self.loss_is_scaled_for_ga = True  # normalised over the whole accumulated step
         return (loss, outputs) if return_outputs else loss
 
