@@ -49,3 +49,19 @@ def test_a_missing_core_dependency_is_one_line_that_says_to_reinstall(monkeypatc
     assert capsys.readouterr().err == ("error: vlmpack needs the `webdataset` package, a dependency of vlmpack that "
                                        "is not installed: reinstall vlmpack (make install, or pip install "
                                        "vlmpack-offline; docs/install.md)\n")
+
+
+def test_the_trainer_without_accelerate_names_the_trainer_extra(monkeypatch):
+    import vlmpack_offline.loader.adapters.hf_trainer as hf_trainer
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    monkeypatch.setattr(hf_trainer, "_TRAINER", {})
+    with pytest.raises(ConfigError, match=r"^transformers\.Trainer needs the `accelerate` package, which is not "
+                                          r"installed: pip install 'vlmpack-offline\[trainer\]'$"):
+        hf_trainer.PackedTrainer  # noqa: B018
+
+
+def test_frameworks_no_extra_installs_name_their_own_install_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trl", None)
+    with pytest.raises(ConfigError, match=r"needs the `trl` package, which is not installed: pip install trl$"):
+        require("trl", "PackedSFTTrainer")
