@@ -1,0 +1,142 @@
+"""Train on vlmpack packs in NeMo Automodel's neat-packing batch format, with its own collater and loss.
+
+    python examples/train_automodel.py --demo   # small dataset -> scan, bucket, plan, write -> train, on CPU
+    python examples/train_automodel.py --packed-wds-dir /data/packed [--processor-dir /models/proc]
+    torchrun --nproc_per_node 8 examples/train_automodel.py --packed-wds-dir /data/packed
+
+The DataLoader is the one Automodel's VLM recipe builds (``components/datasets/vlm/loader.py``):
+``DistributedSampler(shuffle=False)`` over the data-parallel ranks, ``StatefulDataLoader`` (torchdata;
+a plain ``DataLoader`` when torchdata is not installed), ``batch_size`` packs per micro-batch,
+Automodel's own ``neat_packed_vlm_collater`` as ``collate_fn``. Only the dataset differs: instead of
+``NeatPackConfig.build`` (online packing), ``PackSequence`` reads the packed directory, item ``i``
+being the pack data-parallel rank ``i % W`` reads, and ``AutomodelAdapter.pack`` turns each pack
+into the dict Automodel's ``_build_packed_vlm_sample`` makes (each sub-sample shifted).
+
+The step is Automodel's: ``labels`` popped, the rest through ``filter_forward_kwargs`` into the
+model, ``MaskedCrossEntropy`` on logits against the already-shifted labels (no shift), summed and
+divided by the scored tokens. The model is a tiny random one of the dataset's family (CPU-sized).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.utils.data import DistributedSampler
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.loader import PackEncoder, PackSequence
+from vlmpack_offline.loader.adapters import AutomodelAdapter
+from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
+
+
+class PackSampler(DistributedSampler):
+    """Automodel's sampler (``shuffle=False``) that also hands the epoch to the ``PackSequence``.
+
+    Automodel's step scheduler calls ``sampler.set_epoch``, not the dataset's; the packs' order of
+    each epoch is the dataset's, so forward it (DataLoader workers start again each epoch and
+    copy the dataset with its new epoch; keep ``persistent_workers=False``).
+    """
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self.dataset.set_epoch(epoch)
+
+
+def dataloader(packed_wds_dir: Path, adapter: AutomodelAdapter, *, batch_size: int, grad_accum: int,
+               num_workers: int, dp_rank: int, dp_world_size: int):
+    """Automodel's VLM DataLoader over a packed directory (its ``loader.py``, the dataset replaced)."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader as Loader
+    except ImportError:  # torchdata is Automodel's dependency; a plain DataLoader reads the same batches
+        from torch.utils.data import DataLoader as Loader
+
+    dataset = PackSequence(packed_wds_dir, adapter.encoder, world_size=dp_world_size,
+                           micro_batches_per_step=batch_size * grad_accum,  # every optimizer step full
+                           transform=adapter.pack)  # fmt: skip
+    sampler = PackSampler(dataset, num_replicas=dp_world_size, rank=dp_rank, shuffle=False)
+    return Loader(dataset, sampler=sampler, batch_size=batch_size, num_workers=num_workers,
+                  collate_fn=adapter.collater(), persistent_workers=False)  # fmt: skip
+
+
+def train(packed_wds_dir: Path, processor_dir: Path | None, *, epochs: int, batch_size: int, grad_accum: int,
+          num_workers: int) -> list[float]:
+    from nemo_automodel.components.loss.masked_ce import MaskedCrossEntropy
+    from nemo_automodel.components.loss.utils import calculate_loss
+    from nemo_automodel.components.utils.model_utils import filter_forward_kwargs
+    from transformers import AutoTokenizer
+
+    dp_rank, dp_world_size = 0, 1
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        dp_rank, dp_world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    encoder = PackEncoder.from_packed_dir(packed_wds_dir, processor_dir)
+    # Automodel pads input_ids with the tokenizer's pad id (its loader.py); pads are never scored
+    pad_id = AutoTokenizer.from_pretrained(encoder.rules.processor_path).pad_token_id or 0
+    adapter = AutomodelAdapter(encoder, padding_idx=pad_id)  # or AutomodelAdapter.for_packed_dir(packed, model=...)
+    model = tiny_qwen_vl(encoder.rules.model_type, "sdpa", seed=0).train()
+    loader = dataloader(packed_wds_dir, adapter, batch_size=batch_size, grad_accum=grad_accum,
+                        num_workers=num_workers, dp_rank=dp_rank, dp_world_size=dp_world_size)  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loss_fn = MaskedCrossEntropy()  # Automodel's default: summed over scored tokens, / num_label_tokens
+    losses = []
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)  # what Automodel's StepScheduler.set_epoch does
+        for index, batch in enumerate(loader):
+            labels = batch.pop("labels")  # [B, S], already shifted per sub-sample
+            n_label_tokens = int((labels != -100).sum())  # Automodel counts the whole step's; one micro-batch here
+            out = model(**filter_forward_kwargs(model, batch))
+            # no shift: logits[:, t] is scored against labels[:, t]
+            loss = calculate_loss(loss_fn, logits=out.logits, labels=labels, num_label_tokens=n_label_tokens)
+            (loss / grad_accum).backward()
+            if (index + 1) % grad_accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            losses.append(loss.item())
+            images = batch.get("n_images_per_sample", torch.zeros(labels.shape[0], dtype=torch.long)).tolist()
+            print(f"epoch {epoch} batch {index}: input_ids {list(batch['input_ids'].shape)}, images per pack "
+                  f"{images}, scored tokens {n_label_tokens}, loss={loss.item():.4f}", flush=True)  # fmt: skip
+    return losses
+
+
+def _demo_data(root: Path) -> Path:
+    """Generated shards packed by the real stages (scan -> bucket -> plan -> write); returns packed_wds_dir."""
+    from vlmpack_offline.stages import bucket, plan, scan, write
+    from vlmpack_offline.synthetic.demo import write_demo
+
+    write_demo(root, n_shards=2, samples_per_shard=16)
+    config = config_from_dict({
+        "data": {"wds_dir": str(root / "data"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
+        "sample": {"max_token_len": 2048},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(root / "processor")}},
+        "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
+        "scan": {"max_drop_ratio": 1.0},  # the demo shards hold one faulty sample per drop reason, on purpose
+    })  # fmt: skip
+    for stage in (scan, bucket, plan, write):
+        result = stage.run(config)
+        if result.exit_code != 0:
+            raise SystemExit(f"{stage.__name__}: {result.summary}")
+    return config.packed_wds_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--packed-wds-dir", type=Path, help="output of `vlmpack write`")
+    parser.add_argument("--processor-dir", type=Path, help="the processor folder on this machine (default: as recorded)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=2, help="packs per micro-batch (Automodel's local_batch_size)")
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--demo", action="store_true", help="pack a small generated dataset, then train on it")
+    args = parser.parse_args()
+    if not args.demo and not args.packed_wds_dir:
+        parser.error("give --packed-wds-dir, or --demo")
+    with tempfile.TemporaryDirectory() as tmp:
+        packed = _demo_data(Path(tmp)) if args.demo else args.packed_wds_dir
+        train(packed, args.processor_dir, epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
+              num_workers=args.num_workers)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
