@@ -24,25 +24,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch.utils.data import DistributedSampler
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.loader import PackEncoder, PackSequence
+from vlmpack_offline.loader import PackEncoder, PackSequence, PackSequenceSampler
 from vlmpack_offline.loader.adapters import AutomodelAdapter
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
-
-
-class PackSampler(DistributedSampler):
-    """Automodel's sampler (``shuffle=False``) that also hands the epoch to the ``PackSequence``.
-
-    Automodel's step scheduler calls ``sampler.set_epoch``, not the dataset's; the packs' order of
-    each epoch is the dataset's, so forward it (DataLoader workers start again each epoch and
-    copy the dataset with its new epoch; keep ``persistent_workers=False``).
-    """
-
-    def set_epoch(self, epoch: int) -> None:
-        super().set_epoch(epoch)
-        self.dataset.set_epoch(epoch)
 
 
 def dataloader(packed_wds_dir: Path, adapter: AutomodelAdapter, *, batch_size: int, grad_accum: int,
@@ -56,7 +42,7 @@ def dataloader(packed_wds_dir: Path, adapter: AutomodelAdapter, *, batch_size: i
     dataset = PackSequence(packed_wds_dir, adapter.encoder, world_size=dp_world_size,
                            micro_batches_per_step=batch_size * grad_accum,  # every optimizer step full
                            transform=adapter.pack)  # fmt: skip
-    sampler = PackSampler(dataset, num_replicas=dp_world_size, rank=dp_rank, shuffle=False)
+    sampler = PackSequenceSampler(dataset, num_replicas=dp_world_size, rank=dp_rank)  # hands on set_epoch
     return Loader(dataset, sampler=sampler, batch_size=batch_size, num_workers=num_workers,
                   collate_fn=adapter.collater(), persistent_workers=False)  # fmt: skip
 

@@ -101,9 +101,12 @@ def _demo_data(root: Path) -> Path:
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(root / "processor")}},
         "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
         "split": {"val_packs": 1},
+        "scan": {"max_drop_ratio": 1.0},  # the generated data holds samples the demo's settings drop on purpose
     })  # fmt: skip
     for stage in (scan, bucket, plan, write):
-        stage.run(config)
+        result = stage.run(config)
+        if result.exit_code:
+            raise SystemExit(f"{stage.__name__.rsplit('.', 1)[-1]} failed: {result.summary}")
     return config.packed_wds_dir
 
 

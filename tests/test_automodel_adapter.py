@@ -186,3 +186,21 @@ def test_without_automodel_one_line_says_how_to_install(monkeypatch, packed):
     monkeypatch.setitem(sys.modules, "nemo_automodel", None)
     with pytest.raises(ConfigError, match=r"pip install --no-deps nemo-automodel==0\.7\.0"):
         AutomodelAdapter.for_packed_dir(packed).collater()
+
+
+def test_the_sampler_hands_each_epoch_to_the_packs(packed):
+    from vlmpack_offline.loader import PackSequenceSampler
+
+    encoder = PackEncoder.from_packed_dir(packed)
+    sequence = PackSequence(packed, encoder, world_size=2)
+    sampler = PackSequenceSampler(sequence, num_replicas=2, rank=1)
+    orders = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)  # what Automodel's StepScheduler calls
+        orders.append([sequence.pack_index(i) for i in sampler])
+    assert orders[0] != orders[1]
+    assert orders[1] == list(PackDataset(packed, encoder, rank=1, world_size=2).rank_order(1)[: len(orders[1])])
+    with pytest.raises(ConfigError, match="cut for world_size=2; build it with world_size=4"):
+        PackSequenceSampler(sequence, num_replicas=4, rank=0)
+    with pytest.raises(ConfigError, match="shuffle=True would undo"):
+        PackSequenceSampler(sequence, num_replicas=2, rank=0, shuffle=True)

@@ -302,3 +302,50 @@ def test_evaluation_averages_each_packs_per_sample_loss(qwen2_packed, tmp_path):
         scored = [m for m, n in _alone(model.eval(), encoder, packs.dataset.packs.packs, packs.dataset.pack_index(i)) if n]
         per_pack.append(sum(scored) / len(scored))
     assert abs(metrics["eval_loss"] - sum(per_pack) / 2) < 1e-4 * max(1.0, metrics["eval_loss"])
+
+
+def test_trls_sft_trainer_trains_on_the_packs_with_the_mixin(qwen2_packed, tmp_path):
+    trl = pytest.importorskip("trl")
+    from transformers import AutoTokenizer
+
+    class PackedSFTTrainer(PackedTrainerMixin, trl.SFTTrainer):
+        pass
+
+    model = tiny_qwen_vl("qwen2_vl", "sdpa", seed=0)
+    config = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=1, gradient_accumulation_steps=GA,
+        max_steps=1, learning_rate=0.0, dataloader_num_workers=2, report_to=[], use_cpu=True, save_strategy="no",
+        seed=0, disable_tqdm=True, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
+        padding_free=False, packing=False, max_length=None,
+    )  # fmt: skip
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, config, model=model)
+    processor_dir = Path(PackEncoder.from_packed_dir(qwen2_packed).config.model.processor_kwargs["pretrained_model_name_or_path"])
+    trainer = PackedSFTTrainer(model=model, args=config, train_dataset=packs.dataset, data_collator=packs.collator,
+                               processing_class=AutoTokenizer.from_pretrained(processor_dir))  # fmt: skip
+    losses = []
+    trainer.training_step = _recording(trainer.training_step, losses)
+    trainer.train()
+    want = _oracle_steps(qwen2_packed, packs, "sample", 1, model.eval())
+    assert len(losses) == GA and abs(sum(losses) - want[0]) < 1e-4 * max(1.0, want[0])
+
+
+def _recording(step, losses: list[float]):
+    def record(model, inputs, num_items_in_batch=None):
+        loss = step(model, inputs, num_items_in_batch)
+        losses.append(loss.item())
+        return loss
+
+    return record
+
+
+def test_checkpointing_with_several_ranks_needs_unused_parameter_search_or_dummy_images(qwen2_packed, tmp_path,
+                                                                                         monkeypatch):
+    args = _args(tmp_path, gradient_checkpointing=True)
+    monkeypatch.setattr(type(args), "world_size", property(lambda self: 2))
+    with pytest.raises(ConfigError, match="set ddp_find_unused_parameters=True, or pass dummy_image_for_text_packs"):
+        TrainerPacks.for_packed_dir(qwen2_packed, args)
+    packs = TrainerPacks.for_packed_dir(qwen2_packed, args, dummy_image_for_text_packs=True)
+    assert packs.dataset.packs.encoder.options.dummy_image_for_text_packs
+    args = _args(tmp_path, gradient_checkpointing=True, ddp_find_unused_parameters=True)
+    monkeypatch.setattr(type(args), "world_size", property(lambda self: 2))
+    TrainerPacks.for_packed_dir(qwen2_packed, args)

@@ -34,10 +34,10 @@ def __getattr__(name: str):
         from . import dataset
 
         return getattr(dataset, name)
-    if name == "PackSequence":
-        from .sequence import PackSequence
+    if name in ("PackSequence", "PackSequenceSampler"):
+        from . import sequence
 
-        return PackSequence
+        return getattr(sequence, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -55,6 +55,7 @@ __all__ = [
     "PackTaskEncoder",
     "PackDataset",
     "PackSequence",
+    "PackSequenceSampler",
     "packed_shards",
     "iter_cooked_packs",
 ]

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, DistributedSampler
 
 from ..errors import ConfigError
 from .batch import PackBatch, PackPosition
 from .encoder import PackEncoder
 
-__all__ = ["PackSequence"]
+__all__ = ["PackSequence", "PackSequenceSampler"]
 
 
 class PackSequence(Dataset):
@@ -93,3 +93,26 @@ class PackSequence(Dataset):
         position = PackPosition(epoch=self.epoch, index=i, epoch_len=self.length)
         batch = self.packs.encode_cooked(self.packs.packs.read(self.pack_index(i)), position)
         return batch if self.transform is None else self.transform(batch)
+
+
+class PackSequenceSampler(DistributedSampler):
+    """``DistributedSampler(shuffle=False)`` over a ``PackSequence`` that also hands the epoch to it.
+
+    Frameworks call the sampler's ``set_epoch`` (NeMo Automodel's step scheduler does), never the
+    dataset's; without this, every epoch would read epoch 0's order.
+    """
+
+    def __init__(self, dataset: PackSequence, *, num_replicas: int | None = None, rank: int | None = None,
+                 **kwargs: Any) -> None:
+        if kwargs.get("shuffle"):
+            raise ConfigError("PackSequenceSampler: shuffle=True would undo the order the ranks were given; "
+                              "the packs' order changes per epoch already (set_epoch)")
+        kwargs["shuffle"] = False
+        if num_replicas is not None and num_replicas != dataset.world_size:
+            raise ConfigError(f"PackSequenceSampler: {num_replicas} ranks, but the PackSequence was cut for "
+                              f"world_size={dataset.world_size}; build it with world_size={num_replicas}")
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self.dataset.set_epoch(epoch)

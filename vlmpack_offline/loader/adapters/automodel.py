@@ -64,8 +64,10 @@ class AutomodelAdapter(Adapter):
         if not isinstance(sequence_alignment, int) or sequence_alignment < 1:
             raise ConfigError(f"AutomodelAdapter: sequence_alignment must be a positive integer, got {sequence_alignment!r}")
         if sequence_alignment > 1 and encoder.rope.is_mrope:
-            raise ConfigError("AutomodelAdapter: Automodel has no context-parallel THD packing for mRoPE models "
-                              "(neat_packing_vlm refuses it); use sequence_alignment=1")  # fmt: skip
+            raise ConfigError(
+                "AutomodelAdapter: Automodel has no context-parallel THD packing for mRoPE models (neat_packing_vlm "
+                f"refuses it; {encoder.rules.model_type} is one): use packing_format='neat', or cp_size=1"
+            )
         self.encoder = encoder
         self.packing_format = packing_format
         self.padding_idx = padding_idx

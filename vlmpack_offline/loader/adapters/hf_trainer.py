@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import SequentialSampler
 
 from ...errors import ConfigError
+from ...optional import require
 from ..batch import PackBatch
 from ..encoder import EncoderOptions, PackEncoder
 from ..sequence import PackSequence
@@ -111,11 +112,14 @@ class TrainerPacks:
     @classmethod
     def for_packed_dir(cls, packed_wds_dir: str | Path, args: Any, *, model: Any = None,
                        processor_path: str | Path | None = None, loss: Loss = "sample",
-                       attn_implementation: str | None = None, seed: int | None = None) -> TrainerPacks:
+                       attn_implementation: str | None = None, seed: int | None = None,
+                       dummy_image_for_text_packs: bool = False) -> TrainerPacks:
         """Build both from the settings ``packed_wds_dir`` recorded; ``args`` is the ``TrainingArguments``.
 
         ``model``: refused when its family is not the one the packs were counted for; its
         ``config._attn_implementation`` picks the batch format unless ``attn_implementation`` is given.
+        ``dummy_image_for_text_packs``: the vision tower runs on every pack (``EncoderOptions``), for data
+        parallelism where an unused vision tower would stall DDP (one token more in text-only packs).
         """
         if args.per_device_train_batch_size != 1:
             raise ConfigError(
@@ -126,7 +130,15 @@ class TrainerPacks:
         if getattr(args, "dataloader_persistent_workers", False):
             raise ConfigError("dataloader_persistent_workers=True keeps each worker's copy of the dataset, so the "
                               "new permutation of the next epoch would not reach it; set it to False")
-        options = EncoderOptions(loss_weights=loss == "sample")
+        if (args.world_size > 1 and args.gradient_checkpointing and args.ddp_find_unused_parameters is not True
+                and not dummy_image_for_text_packs):
+            raise ConfigError(
+                "gradient_checkpointing with several ranks: transformers then turns off DDP's search for unused "
+                "parameters, and a rank whose pack has no image leaves the vision tower without gradients, so "
+                "DDP waits forever; set ddp_find_unused_parameters=True, or pass dummy_image_for_text_packs=True "
+                "(a one-token black image in every text-only pack, which changes no loss)"
+            )
+        options = EncoderOptions(loss_weights=loss == "sample", dummy_image_for_text_packs=dummy_image_for_text_packs)
         encoder = PackEncoder.from_packed_dir(packed_wds_dir, processor_path, options=options)
         if model is not None:
             check_model_family("TrainerPacks", packed_wds_dir, encoder.rules.model_type, model)
@@ -147,10 +159,19 @@ class PackedTrainerMixin:
     """
 
     def __init__(self, *args, **kwargs) -> None:
-        for value in (*args, *kwargs.values()):  # before the base class reads it (TRL probes one item)
+        for value in (*args, *kwargs.values()):  # before the base class reads it
             if isinstance(value, TrainerPackDataset):
                 value.read_by_packed_trainer = True
-        super().__init__(*args, **kwargs)
+        packs = kwargs.get("train_dataset")
+        if isinstance(packs, TrainerPackDataset) and _takes_only_hf_datasets(type(self)):
+            # TRL's SFTTrainer accepts only `datasets` datasets (and would prepare them): it is built on a
+            # one-row placeholder, then trains on the packs (its DataLoader comes from the Trainer's code)
+            datasets = require("datasets", "PackedTrainerMixin with TRL")
+            kwargs["train_dataset"] = datasets.Dataset.from_dict({"input_ids": [[0]]})
+            super().__init__(*args, **kwargs)
+            self.train_dataset = packs
+        else:
+            super().__init__(*args, **kwargs)
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -192,6 +213,11 @@ class PackedTrainerMixin:
         return (loss, outputs) if return_outputs else loss
 
 
+def _takes_only_hf_datasets(trainer_class: type) -> bool:
+    """TRL's trainers (``SFTTrainer``) refuse a torch dataset; transformers' ``Trainer`` takes any."""
+    return any(cls.__module__.split(".")[0] == "trl" for cls in trainer_class.__mro__)
+
+
 def _check_dataset_against_args(dataset: TrainerPackDataset, args: Any) -> None:
     for name, ours, theirs in (("world_size", dataset.world_size, args.world_size),
                                ("gradient_accumulation_steps", dataset.micro_batches_per_step,
@@ -210,8 +236,6 @@ def __getattr__(name: str):
     # PackedTrainer subclasses transformers.Trainer, which needs accelerate: built on first use only.
     if name == "PackedTrainer":
         if "PackedTrainer" not in _TRAINER:
-            from ...optional import require
-
             require("accelerate", "transformers.Trainer")
             from transformers import Trainer
 
