@@ -35,7 +35,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import EncoderOptions, PackBatch, PackDataset, PackEncoder
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
@@ -91,23 +90,9 @@ def _has_flash_attn() -> bool:
 
 def _demo_data(root: Path) -> Path:
     """Generated shards packed by the real stages (scan -> bucket -> plan -> write); returns packed_wds_dir."""
-    from vlmpack_offline.stages import bucket, plan, scan, write
-    from vlmpack_offline.synthetic.demo import write_demo
+    from vlmpack_offline.synthetic.demo import packed_demo
 
-    write_demo(root, n_shards=2, samples_per_shard=16)
-    config = config_from_dict({
-        "data": {"wds_dir": str(root / "data"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
-        "sample": {"max_token_len": 2048},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(root / "processor")}},
-        "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
-        "split": {"val_packs": 1},
-        "scan": {"max_drop_ratio": 1.0},  # the generated data holds samples the demo's settings drop on purpose
-    })  # fmt: skip
-    for stage in (scan, bucket, plan, write):
-        result = stage.run(config)
-        if result.exit_code:
-            raise SystemExit(f"{stage.__name__.rsplit('.', 1)[-1]} failed: {result.summary}")
-    return config.packed_wds_dir
+    return packed_demo(root, split={"val_packs": 1})
 
 
 def main() -> None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import pytest
 import torch
 from _family_kit import IMAGE_TURNS, TEXT_TURNS, pack_of
-from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
+from transformers import Gemma3ForConditionalGeneration
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.loader import EncoderOptions, PackEncoder
 from vlmpack_offline.loader.attention import block_causal_mask
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes
+from vlmpack_offline.synthetic.tiny_models import tiny_gemma3_config
 
 TOL = 1e-4
 
@@ -29,18 +30,7 @@ TOL = 1e-4
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     folder = build_processor_dir(tmp_path_factory.mktemp("gemma3_fwd"), "gemma3")
-    tokenizer = AutoProcessor.from_pretrained(folder).tokenizer
-    ids = tokenizer.convert_tokens_to_ids
-    config = Gemma3Config(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
-                         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=896, patch_size=14),
-        mm_tokens_per_image=256, boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
-        image_token_index=ids("<image_soft_token>"),
-    )  # fmt: skip
-    config._attn_implementation = "sdpa"
+    config = tiny_gemma3_config(folder)
     torch.manual_seed(0)
     model = Gemma3ForConditionalGeneration(config).eval()
     config.save_pretrained(folder)  # a checkpoint folder: the loader reads the model's own config.json

@@ -25,7 +25,7 @@ from vlmpack_offline.loader.adapters import PackedTrainerMixin, TrainerPacks
 from vlmpack_offline.packed_format import PackedSample
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import generate_dataset
-from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
+from vlmpack_offline.synthetic.tiny_models import tiny_gemma3_config, tiny_qwen_vl
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -142,21 +142,10 @@ def test_resume_from_a_checkpoint_continues_with_the_next_pack(qwen2_packed, tmp
 
 
 def test_gemma3_step_loss_equals_its_samples_run_one_by_one(tmp_path):
-    from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
+    from transformers import Gemma3ForConditionalGeneration
 
     folder = build_processor_dir(tmp_path / "gemma3", "gemma3")
-    ids = AutoProcessor.from_pretrained(folder).tokenizer.convert_tokens_to_ids
-    config = Gemma3Config(
-        text_config=dict(vocab_size=len(AutoProcessor.from_pretrained(folder).tokenizer), hidden_size=64,
-                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-                         max_position_embeddings=4096),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=896, patch_size=14),
-        mm_tokens_per_image=256, boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
-        image_token_index=ids("<image_soft_token>"),
-    )  # fmt: skip
-    config._attn_implementation = "sdpa"
+    config = tiny_gemma3_config(folder)
     config.save_pretrained(folder)  # the loader reads the model's own config.json (sliding window)
     generate_dataset(tmp_path / "src", seed=3, n_shards=2, samples_per_shard=12, include_faults=False, video=False)
     packed = build_packed(tmp_path, tmp_path / "src", folder, capacity=CAPACITY, video=None,

@@ -64,6 +64,34 @@ def write_demo(
     return True, paths
 
 
+def packed_demo(root: str | Path, *, max_token_len: int = 2048, **sections: dict) -> Path:
+    """The demo shards packed by the real stages (scan -> bucket -> plan -> write) under ``root``; the packed dir.
+
+    For the examples' ``--demo``: tiny videos, every drop allowed (the demo holds one faulty sample per
+    drop reason on purpose); ``sections`` are config sections on top. A failed stage exits with its summary.
+    """
+    from ..config import config_from_dict
+    from ..stages import bucket, plan, scan, write
+
+    root = Path(root)
+    write_demo(root, n_shards=2, samples_per_shard=16)
+    raw = {
+        "data": {"wds_dir": str(root / "data"), "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
+        "sample": {"max_token_len": max_token_len},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(root / "processor")}},
+        "video": {"min_pixels": 4 * 28 * 28, "max_pixels": 16 * 28 * 28},
+        "scan": {"max_drop_ratio": 1.0},
+    }  # fmt: skip
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    config = config_from_dict(raw, source="demo")
+    for stage in (scan, bucket, plan, write):
+        result = stage.run(config)
+        if result.exit_code != 0:
+            raise SystemExit(f"{stage.__name__.rsplit('.', 1)[-1]} failed: {result.summary}")
+    return config.packed_wds_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vlmpack_offline.synthetic.demo",

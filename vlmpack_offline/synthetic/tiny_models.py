@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["tiny_qwen_vl"]
+__all__ = ["tiny_gemma3_config", "tiny_qwen_vl"]
 
 
 def _configs(family: str):
@@ -63,3 +63,22 @@ def tiny_qwen_vl(family: str, attn_implementation: str = "sdpa", seed: int = 0) 
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return model_cls(config)
+
+
+def tiny_gemma3_config(processor_dir):
+    """A tiny Gemma3 config (hidden 64, sliding window 8, SigLIP at 896 px) whose token ids are the folder's own."""
+    from transformers import AutoProcessor, Gemma3Config
+
+    tokenizer = AutoProcessor.from_pretrained(processor_dir).tokenizer
+    ids = tokenizer.convert_tokens_to_ids
+    config = Gemma3Config(
+        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=896, patch_size=14),
+        mm_tokens_per_image=256, boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    return config
