@@ -278,3 +278,61 @@ def test_scan_says_the_video_settings_it_counts_with(tmp_path, make_config, fami
     processor_dir = build_processor_dir(tmp_path / "proc", family, video=family != "gemma3")
     result = scan.run(make_config(wds_dir=tmp_path / "wds", processor_dir=processor_dir, video=video))
     assert result.summary[0].startswith(f"{family}: fast path (") and result.summary[1] == line
+
+
+# settings handed to fetch_video as the item's own keys (and to vlmpack as video:): above its per-frame limit,
+# min = max, a small total, min close to max, few frames, a low cap
+SETTINGS = [{}, {"max_pixels": 1003520}, {"min_pixels": 200704, "max_pixels": 200704}, {"total_pixels": 2_000_000},
+            {"min_pixels": 150000, "max_pixels": 160000}, {"fps": 1.0, "min_frames": 2, "max_frames": 8},
+            {"min_pixels": 20000, "max_pixels": 50000}]  # fmt: skip
+LARGE_CLIPS = [(8, 4, 1280, 720), (12, 6, 720, 960), (30, 10, 96, 64)]  # (n_frames, fps, width, height)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_every_setting_samples_the_frames_and_size_fetch_video_does(tmp_path, make_config, family, monkeypatch):
+    """The real ``fetch_video`` (decord reader) with each setting as the item's keys vs ``vlmpack``'s sampler."""
+    from qwen_vl_utils.vision_process import fetch_video
+
+    from vlmpack_offline.media import probe_video
+
+    monkeypatch.setenv("FORCE_QWENVL_VIDEO_READER", "decord")
+    directory = build_processor_dir(tmp_path / "p", family, video=True)
+    clips = []
+    for index, clip in enumerate(LARGE_CLIPS):
+        data = video_bytes(*clip, seed=index)
+        (tmp_path / f"clip{index}.mp4").write_bytes(data)
+        clips.append((tmp_path / f"clip{index}.mp4", data))
+    for settings in SETTINGS:
+        config = _config(make_config, directory, sampler="qwen_vl_utils", **settings)
+        rules = load_model_rules(config.model, config.video)
+        for path, data in clips:
+            video, metadata = fetch_video({"video": str(path), **settings}, image_patch_size=rules.patch_size,
+                                          return_video_metadata=True)  # fmt: skip
+            got = sample_video(probe_video(data), rules.video, factor=rules.factor,
+                               temporal_factor=rules.temporal_patch_size)  # fmt: skip
+            assert got.frame_indices == tuple(metadata["frames_indices"]), (settings, path.name)
+            assert (got.resized_height, got.resized_width) == tuple(video.shape[-2:]), (settings, path.name)
+
+
+def test_a_max_pixels_above_qwen_vl_utils_limit_is_said_in_the_scan_line(tmp_path, make_config):
+    from vlmpack_offline.tokens.factory import video_sampling
+
+    directory = build_processor_dir(tmp_path, "qwen2_5_vl")
+    config = _config(make_config, directory, max_pixels=1003520)
+    rules = load_model_rules(config.model, config.video)
+    line = video_sampling(rules)
+    assert line.endswith("max_pixels 1003520 is above qwen-vl-utils' per-frame limit 602112 (768 tokens): frames "
+                         "are capped there, as fetch_video does")
+    info = VideoInfo(n_frames=16, native_fps=8.0, height=1288, width=728, backend="decord")
+    sampled = sample_video(info, rules.video, factor=rules.factor, temporal_factor=rules.temporal_patch_size)
+    assert sampled.resized_height * sampled.resized_width <= 602112  # fetch_video's frame: 1008x560, not 1288x728
+    assert (sampled.resized_height, sampled.resized_width) == smart_resize(1288, 728, factor=28, min_pixels=100352,
+                                                                          max_pixels=602112)  # fmt: skip
+
+
+def test_min_pixels_above_max_pixels_is_a_config_error(tmp_path, make_config):
+    from vlmpack_offline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"need 1 <= video.min_pixels <= video.max_pixels, got 300000 and 200000"):
+        _config(make_config, build_processor_dir(tmp_path, "qwen2_5_vl"), min_pixels=300000, max_pixels=200000)

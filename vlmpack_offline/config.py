@@ -400,6 +400,9 @@ def _check(config: Config) -> None:
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
+    low, high = config.video.min_pixels, config.video.max_pixels
+    if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
+        raise ConfigError(f"{src}: need 1 <= video.min_pixels <= video.max_pixels, got {low} and {high}")
 
 
 def _check_alignment(config: Config) -> None:

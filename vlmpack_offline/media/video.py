@@ -8,8 +8,10 @@ processor folder, then the family recipe ``recipe_video(factor)``)::
                     ceil2(video.min_frames), floor2(min(video.max_frames, n_frames)))
               rounded down to a multiple of the temporal factor (2)
     frame_indices = round(linspace(0, n_frames - 1, nframes))
-    per-frame pixels in [video.min_pixels,
-                         max(min(video.max_pixels, video.total_pixels / nframes * 2), 1.05 * min_pixels)]
+    limit = max(min(768 * factor**2, video.total_pixels / nframes * 2), int(1.05 * min_pixels))
+    per-frame pixels in [video.min_pixels, min(video.max_pixels, limit)]
+        (fetch_video's order: its own frame limit first, the item's max_pixels only below it; a
+         max_pixels above the limit is capped there, as qwen-vl-utils warns)
     (resized_height, resized_width) = transformers' smart_resize(h, w, factor=patch*merge, ...)
 
 Scan counts tokens from the returned ``VideoSampling`` without decoding a pixel
@@ -32,7 +34,8 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 from ..config import VideoConfig
 from ..reasons import DropError, Reason
 
-__all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video"]
+__all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video",
+           "frame_pixel_limit", "VIDEO_MAX_TOKEN_NUM"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +81,7 @@ def recipe_video(factor: int) -> VideoConfig:
         min_frames=4,  # FPS_MIN_FRAMES
         max_frames=768,  # FPS_MAX_FRAMES
         min_pixels=128 * factor * factor,  # VIDEO_MIN_TOKEN_NUM * image_factor**2
-        max_pixels=768 * factor * factor,  # VIDEO_MAX_TOKEN_NUM * image_factor**2
+        max_pixels=VIDEO_MAX_TOKEN_NUM * factor * factor,  # VIDEO_FRAME_MAX_PIXELS
         total_pixels=int(128000 * factor * factor * 0.9),  # MODEL_SEQ_LEN * image_factor**2 * 0.9
         sampler="qwen_vl_utils",
     )
@@ -159,6 +162,17 @@ def _ceil(number: float, factor: int) -> int:
     return math.ceil(number / factor) * factor
 
 
+VIDEO_MAX_TOKEN_NUM = 768  # qwen-vl-utils vision_process.py: a frame's token limit
+
+
+def frame_pixel_limit(video: VideoConfig, *, factor: int, nframes: int) -> float:
+    """qwen-vl-utils' per-frame pixel limit for ``nframes`` frames (``fetch_video``, 0.0.14), before the
+    item's ``max_pixels``: ``max(min(768 * factor**2, total_pixels / nframes * 2), int(1.05 * min_pixels))``."""
+    frame_factor = 2  # FRAME_FACTOR
+    return max(min(VIDEO_MAX_TOKEN_NUM * factor * factor, video.total_pixels / nframes * frame_factor),
+               int(video.min_pixels * 1.05))  # fmt: skip
+
+
 def sample_video(
     info: VideoInfo, video: VideoConfig, *, factor: int, temporal_factor: int = 2, part: str = "video"
 ) -> VideoSampling:
@@ -185,9 +199,7 @@ def sample_video(
             f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})",
         )
     indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
-    max_pixels = max(
-        min(video.max_pixels, video.total_pixels / nframes * temporal_factor), int(video.min_pixels * 1.05)
-    )
+    max_pixels = min(video.max_pixels, frame_pixel_limit(video, factor=factor, nframes=nframes))
     try:
         height, width = smart_resize(
             info.height, info.width, factor=factor, min_pixels=video.min_pixels, max_pixels=max_pixels

@@ -6,6 +6,7 @@ import dataclasses
 
 from ..config import Config, VideoConfig
 from ..families import family_for
+from ..media.video import VIDEO_MAX_TOKEN_NUM
 from .counter import TokenCounter
 from .rules import ModelRules, load_model_rules, video_fields_read
 
@@ -39,7 +40,13 @@ def video_sampling(rules: ModelRules) -> str | None:
     values = [f"{f.name} {getattr(video, f.name):g}" if isinstance(getattr(video, f.name), float)
               else f"{f.name} {getattr(video, f.name)}"
               for f in dataclasses.fields(VideoConfig) if f.name in reads and getattr(video, f.name) is not None]  # fmt: skip
-    return "videos (video:, else the folder's settings, else the family's recipe): " + ", ".join(values)
+    line = "videos (video:, else the folder's settings, else the family's recipe): " + ", ".join(values)
+    if video.sampler == "qwen_vl_utils" and video.max_pixels is not None and rules.factor:
+        limit = VIDEO_MAX_TOKEN_NUM * rules.factor**2
+        if video.max_pixels > limit:  # qwen-vl-utils warns about it for every video; the count follows it
+            line += (f"; max_pixels {video.max_pixels} is above qwen-vl-utils' per-frame limit {limit} "
+                     f"({VIDEO_MAX_TOKEN_NUM} tokens): frames are capped there, as fetch_video does")
+    return line
 
 
 def make_counter(config: Config):
