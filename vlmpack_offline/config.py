@@ -130,7 +130,7 @@ class VideoConfig:
     min_frames: int | None = None  # lower bound on sampled frames (recipe: 4)
     max_frames: int | None = None  # upper bound on sampled frames (recipe: 768)
     min_pixels: int | None = None  # per-frame lower pixel bound after resize (recipe: 128 * factor**2)
-    max_pixels: int | None = None  # per-frame upper pixel bound after resize (recipe: 768 * factor**2)
+    max_pixels: int | None = None  # per-frame upper pixel bound after resize (recipe: 768 * factor**2; qwen_vl_utils caps a larger value there, as fetch_video does)
     total_pixels: int | None = None  # budget over all sampled frames (recipe: 128000 * factor**2 * 0.9)
     # qwen_vl_utils: the recipe above; hf_processor: Qwen3VLVideoProcessor's own sampling, where min/max_pixels
     # bound frames * height * width (its size.shortest_edge / longest_edge) and total_pixels is refused (unused).
