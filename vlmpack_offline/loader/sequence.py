@@ -16,7 +16,7 @@ sampler position reads nothing it skips. ``set_epoch`` picks the epoch's permuta
 call it before each epoch); a worker keeps the epoch it was started with, so persistent workers
 need a new DataLoader iterator per epoch.
 
-A sampler that shuffles the items would undo the order (and the balance the plan builds into it):
+A sampler that shuffles the items would undo the order each rank was given:
 the first item asked for out of order in one process raises, naming the sampler setting.
 """
 
@@ -86,7 +86,7 @@ class PackSequence(Dataset):
         if self._last is not None and i < self._last:
             raise ConfigError(
                 f"item {i} was asked for after item {self._last} of epoch {self.epoch}: the sampler shuffles the "
-                "packs, which undoes the plan's order and balance; use a sequential sampler (transformers: "
+                "packs, which undoes the order each rank was given; use a sequential sampler (transformers: "
                 "PackedTrainer or train_sampling_strategy='sequential'; DistributedSampler: shuffle=False)"
             )
         self._last = i
