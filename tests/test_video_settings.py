@@ -336,3 +336,35 @@ def test_min_pixels_above_max_pixels_is_a_config_error(tmp_path, make_config):
 
     with pytest.raises(ConfigError, match=r"need 1 <= video.min_pixels <= video.max_pixels, got 300000 and 200000"):
         _config(make_config, build_processor_dir(tmp_path, "qwen2_5_vl"), min_pixels=300000, max_pixels=200000)
+
+
+@pytest.mark.parametrize("cap", [True, False])
+def test_qwen3_folder_frame_cap_gives_the_hf_video_processors_own_patch_count(tmp_path, make_config, cap):
+    """``cap_pixels_per_frame`` in a Qwen3-VL folder: the real processor's ``sample_frames`` and its own
+    ``get_num_of_video_patches`` (kept in step with its ``resize``) give vlmpack's frames and patches."""
+    directory = build_processor_dir(tmp_path, "qwen3_vl", video=True)
+    settings = directory / "video_preprocessor_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "cap_pixels_per_frame": cap}))
+    counter = make_counter(_config(make_config, directory))
+    video_processor = Qwen3VLVideoProcessor.from_pretrained(directory)
+    assert counter.rules.video.cap_pixels_per_frame is cap and video_processor.cap_pixels_per_frame is cap
+    capped = 0
+    for n_frames, fps, height, width in VIDEOS:
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord")
+        got = sample_video(info, counter.rules.video, factor=counter.rules.factor)
+        sampled = len(video_processor.sample_frames(VideoMetadata(total_num_frames=n_frames, fps=fps)))
+        patches = got.n_frames // 2 * (got.resized_height // 16) * (got.resized_width // 16)
+        assert patches == video_processor.get_num_of_video_patches(sampled, height, width), (n_frames, height, width)
+        uncapped = video_smart_resize(num_frames=sampled, height=height, width=width, temporal_factor=2, factor=32,
+                                      min_pixels=video_processor.size.shortest_edge,
+                                      max_pixels=video_processor.size.longest_edge)  # fmt: skip
+        capped += (got.resized_height, got.resized_width) != uncapped
+    assert (capped > 0) is cap  # the cap changes some of these videos' sizes, and only with it
+
+
+def test_the_frame_cap_is_refused_where_the_recipe_sampler_would_ignore_it(tmp_path, make_config):
+    from vlmpack_offline.errors import ConfigError
+
+    directory = build_processor_dir(tmp_path, "qwen2_5_vl")
+    with pytest.raises(ConfigError, match=r"video.cap_pixels_per_frame: qwen-vl never reads it \(sampler qwen_vl_utils\)"):
+        load_model_rules(*(lambda c: (c.model, c.video))(_config(make_config, directory, cap_pixels_per_frame=True)))

@@ -136,6 +136,11 @@ class VideoConfig:
     # bound frames * height * width (its size.shortest_edge / longest_edge) and total_pixels is refused (unused).
     # null: hf_processor for a Qwen3-VL folder with video processor settings, else qwen_vl_utils
     sampler: Literal["qwen_vl_utils", "hf_processor"] | None = None
+    # hf_processor only: cap each frame's pixels as qwen-vl-utils does (transformers' Qwen3-VL video processor
+    # cap_pixels_per_frame: per frame min(max_video_tokens * factor**2, max_pixels / frames), at least 1.05 *
+    # min_pixels). null: the folder's, else what the installed transformers does by default
+    cap_pixels_per_frame: bool | None = None
+    max_video_tokens: int | None = None  # the cap's tokens per frame (null: the folder's, else 768)
 
 
 @dataclass(**_FROZEN)
@@ -400,6 +405,8 @@ def _check(config: Config) -> None:
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
+    if config.video.max_video_tokens is not None and config.video.max_video_tokens < 1:
+        raise ConfigError(f"{src}: video.max_video_tokens must be >= 1, got {config.video.max_video_tokens}")
     low, high = config.video.min_pixels, config.video.max_pixels
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_pixels <= video.max_pixels, got {low} and {high}")

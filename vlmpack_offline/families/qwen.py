@@ -13,10 +13,9 @@ Qwen2-VL, Qwen2.5-VL and Qwen3-VL processors::
 Settings: patch_size, merge_size, temporal_patch_size, min/max pixels (``tokens/rules.py`` reads them
 for every family, since the shared video sampler needs the factor); this module requires them.
 
-Not followed: ``cap_pixels_per_frame: true`` in a Qwen3-VL / Qwen3.5 video processor (transformers 5.23's
-opt-in per-frame pixel cap, announced as a future default; unset in the published folders). With it, that
-processor sizes frames smaller than the ``hf_processor`` sampler does; the loader still produces exactly
-the planned tokens (it samples and resizes with the shared sampler), but they differ from that processor's.
+Followed: ``cap_pixels_per_frame`` / ``max_video_tokens`` of a Qwen3-VL / Qwen3.5 video processor folder
+(transformers' per-frame pixel cap, qwen-vl-utils' rule; ``media/video.py``'s ``hf_processor`` sampler). Unset,
+the installed transformers' own default applies (a probe of ``Qwen3VLVideoProcessor.cap_pixels_per_frame``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ valid streams, e.g. 48x48 H.264); probe and decode each fall back on their own.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from dataclasses import dataclass
@@ -84,7 +85,18 @@ def recipe_video(factor: int) -> VideoConfig:
         max_pixels=VIDEO_MAX_TOKEN_NUM * factor * factor,  # VIDEO_FRAME_MAX_PIXELS
         total_pixels=int(128000 * factor * factor * 0.9),  # MODEL_SEQ_LEN * image_factor**2 * 0.9
         sampler="qwen_vl_utils",
+        cap_pixels_per_frame=installed_frame_cap_default(),
+        max_video_tokens=VIDEO_MAX_TOKEN_NUM,
     )
+
+
+@functools.cache
+def installed_frame_cap_default() -> bool:
+    """Whether the installed transformers' Qwen3-VL video processor caps frames when its folder says nothing
+    (a probe of the class default, not a version check: ``cap_pixels_per_frame`` None / absent means no cap)."""
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    return bool(getattr(Qwen3VLVideoProcessor, "cap_pixels_per_frame", None))
 
 
 def _filled(video: VideoConfig, factor: int) -> VideoConfig:
@@ -224,6 +236,8 @@ def _sample_hf_qwen3(
         frame_indices = round(linspace(0, n_frames - 1, n)), then the last one repeated up to a
                         multiple of temporal_factor (patchify pads with the last frame)
         (h, w) = qwen3_vl smart_resize(n, h, w): n * h * w within [min_pixels, max_pixels]
+        with cap_pixels_per_frame: max_pixels = n * max(min(max_video_tokens * factor**2, max_pixels // n),
+                                                        int(1.05 * min_pixels))
     """
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as video_smart_resize
 
@@ -231,10 +245,15 @@ def _sample_hf_qwen3(
     nframes = int(total / info.native_fps * video.fps)
     nframes = min(max(nframes, video.min_frames), video.max_frames, total)
     indices = [int(i) for i in np.linspace(0, total - 1, nframes).round().astype(np.int64)]
+    max_pixels = video.max_pixels
+    if video.cap_pixels_per_frame and nframes > 0:  # Qwen3VLVideoProcessor.resize, cap_pixels_per_frame=True
+        per_frame = max(min(video.max_video_tokens * factor * factor, video.max_pixels // nframes),
+                        int(video.min_pixels * 1.05))  # fmt: skip
+        max_pixels = per_frame * nframes
     try:
         height, width = video_smart_resize(
             num_frames=nframes, height=info.height, width=info.width, temporal_factor=temporal_factor,
-            factor=factor, min_pixels=video.min_pixels, max_pixels=video.max_pixels,
+            factor=factor, min_pixels=video.min_pixels, max_pixels=max_pixels,
         )  # fmt: skip
     except ValueError as exc:  # too few frames, or past 200:1
         reason = Reason.UNSUPPORTED_ASPECT if "aspect" in str(exc) else Reason.CORRUPT_MEDIA

@@ -254,6 +254,8 @@ def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
         min_pixels=pixels.get("min_pixels"),
         max_pixels=pixels.get("max_pixels"),
         sampler="hf_processor" if hf else None,
+        cap_pixels_per_frame=bool(video["cap_pixels_per_frame"]) if video.get("cap_pixels_per_frame") is not None else None,
+        max_video_tokens=int(video["max_video_tokens"]) if video.get("max_video_tokens") is not None else None,
     )
 
 
@@ -267,7 +269,9 @@ def video_fields_read(family, sampler: str | None) -> frozenset[str]:
     if stated is not None:
         return stated
     every = frozenset(f.name for f in dataclasses.fields(VideoConfig))
-    return every - {"total_pixels"} if sampler == "hf_processor" else every
+    if sampler == "hf_processor":
+        return every - {"total_pixels"}
+    return every - {"cap_pixels_per_frame", "max_video_tokens"}  # the Qwen3-VL video processor's own
 
 
 def _check_video_fields(video: VideoConfig, family, sampler: str | None) -> None:
