@@ -67,3 +67,29 @@ def test_a_rerun_with_a_larger_budget_counts_the_too_slow_samples_again(tmp_path
 def test_a_budget_past_the_timers_range_is_a_config_error():
     with pytest.raises(ConfigError, match=r"at most 1e\+07 seconds, or null for no budget; got inf"):
         config_from_dict({"process": {"max_seconds_per_sample": float("inf")}}, source="test.yaml")
+
+
+def test_a_tick_never_lands_in_the_hook_python_hands_a_dropped_exception_to(monkeypatch):
+    """pytest (or a user) installs ``sys.unraisablehook`` in Python; a tick raised inside it would break it."""
+    import functools
+    import sys
+    import time
+
+    from vlmpack_offline.deadline import TooSlow, limit
+
+    seen = []
+
+    def hook(unraisable, *, sink):
+        time.sleep(0.6)  # several ticks land in here
+        sink.append(unraisable.exc_type)
+
+    class DropsAnError:
+        def __del__(self):
+            raise ValueError("dropped by Python, handed to the hook")
+
+    monkeypatch.setattr(sys, "unraisablehook", functools.partial(hook, sink=seen))
+    with pytest.raises(TooSlow), limit(0.1):
+        DropsAnError()
+        while True:
+            pass
+    assert seen == [ValueError]

@@ -17,8 +17,10 @@ byte-identical artifacts (DESIGN, "Time budgets vs determinism").
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,15 +40,25 @@ _state = threading.local()
 
 
 def _raise(signum, frame) -> None:
-    """Raise ``TooSlow`` into the running code, unless the budget is over or the code is a finalizer: an
-    exception raised in ``__del__`` is printed and dropped by Python, so the next tick tries again."""
+    """Raise ``TooSlow`` into the running code, unless the budget is over or the code is a finalizer or the
+    hook Python hands a dropped exception to: an exception raised in ``__del__`` is printed and dropped, and
+    one raised inside ``sys.unraisablehook`` (pytest installs one in Python) breaks that hook; the next tick
+    tries again once they have ended."""
     if not getattr(_state, "active", False):
         return
+    hook = _code_of(sys.unraisablehook)
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return  # the next tick, once the finalizer has ended
+        if frame.f_code.co_name == "__del__" or frame.f_code is hook:
+            return
         frame = frame.f_back
     raise TooSlow
+
+
+def _code_of(function) -> object:
+    """The Python code object of ``function`` (through ``functools.partial``), or None for C functions."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    return getattr(function, "__code__", None)
 
 
 @contextmanager
