@@ -33,19 +33,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from vlmpack_offline.loader import EncoderOptions, PackBatch, PackDataset, PackEncoder
+from vlmpack_offline.loader.labels import scored_segments, weighted_loss_sum
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
 
 def per_sample_loss(logits: torch.Tensor, batch: PackBatch) -> torch.Tensor:
     """Mean over sub-samples of each sub-sample's mean token loss (HF shift semantics)."""
-    token_loss = F.cross_entropy(logits[0, :-1].float(), batch.labels[0, 1:], ignore_index=-100, reduction="none")
-    weights = batch.loss_weights[0, 1:]  # shifted like the labels; 1/n on each scored token of its sub-sample
-    bounds = batch.cu_seqlens.tolist()
-    n_samples = sum(bool((batch.labels[0, a:b] != -100).any()) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
-    return (token_loss * weights).sum() / max(1, n_samples)
+    samples = scored_segments(batch.labels, batch.cu_seqlens)
+    return weighted_loss_sum(logits, batch.labels, batch.loss_weights) / max(1, samples)
 
 
 def train(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["IGNORE_INDEX", "sub_sample_labels", "sub_sample_loss_weights"]
+__all__ = ["IGNORE_INDEX", "sub_sample_labels", "sub_sample_loss_weights", "weighted_loss_sum", "scored_segments"]
 
 IGNORE_INDEX = -100  # HF's ignore_index for cross entropy
 
@@ -42,3 +42,19 @@ def sub_sample_loss_weights(labels: torch.Tensor) -> torch.Tensor:
     counted = labels != IGNORE_INDEX
     n = int(counted.sum())
     return counted.float() / n if n else torch.zeros(labels.shape, dtype=torch.float32)
+
+
+def weighted_loss_sum(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``sum(token_loss * weight)`` over a pack, with HF's shift (``logits[t]`` scores ``labels[t + 1]``):
+    divided by ``scored_segments`` it is the mean over sub-samples of each one's mean token loss."""
+    token_loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    return (token_loss * weights[:, 1:].flatten()).sum()
+
+
+def scored_segments(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> int:
+    """Sub-samples of a pack (``labels [1, S]``, boundaries ``cu_seqlens``) with at least one scored label."""
+    scored = labels[0] != IGNORE_INDEX
+    bounds = cu_seqlens.tolist()
+    return sum(bool(scored[a:b].any()) for a, b in zip(bounds[:-1], bounds[1:], strict=True))

@@ -143,7 +143,7 @@ class AutomodelAdapter(Adapter):
                                  **self.collater_kwargs)  # fmt: skip
 
     def convert(self, batch: PackBatch) -> dict[str, Any]:
-        return self.collater()([self.pack(batch)])
+        return self([batch])
 
     def __call__(self, items: PackBatch | Sequence[PackBatch]) -> dict[str, Any]:
         """One pack or a list of packs (rows of one micro-batch, each with its own boundaries)."""

@@ -45,6 +45,7 @@ from ...errors import ConfigError
 from ...optional import require
 from ..batch import PackBatch
 from ..encoder import EncoderOptions, PackEncoder
+from ..labels import scored_segments, weighted_loss_sum
 from ..sequence import PackSequence
 from .base import Adapter, check_model_family
 
@@ -91,15 +92,8 @@ class TrainerAdapter(Adapter):
                 raise ConfigError("TrainerAdapter(loss='sample') needs the encoder's loss weights: build it with "
                                   "EncoderOptions(loss_weights=True) (TrainerPacks.for_packed_dir does)")
             kwargs[LOSS_WEIGHTS] = batch.loss_weights
-            kwargs[LOSS_SAMPLES] = torch.tensor(scored_segments(batch))
+            kwargs[LOSS_SAMPLES] = torch.tensor(scored_segments(batch.labels, batch.cu_seqlens))
         return kwargs
-
-
-def scored_segments(batch: PackBatch) -> int:
-    """Sub-samples of the pack with at least one scored (shifted) label: the per-sample loss's count."""
-    scored = batch.labels[0] != -100
-    bounds = batch.cu_seqlens.tolist()
-    return sum(bool(scored[a + 1 : b].any()) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,10 +193,7 @@ class PackedTrainerMixin:
         # counts the batch's tokens): normalise over this batch's own sub-samples then
         samples = inputs.pop(LOSS_SAMPLES, None)
         outputs = model(**inputs)
-        token_loss = torch.nn.functional.cross_entropy(
-            outputs.logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100, reduction="none"
-        )  # HF's causal-LM shift: position t predicts label t + 1
-        total = (token_loss * weights[:, 1:].flatten()).sum()
+        total = weighted_loss_sum(outputs.logits, labels, weights)
         if samples is not None:
             loss = total / max(1, int(samples))
         else:
