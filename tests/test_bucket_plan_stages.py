@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from vlmpack_offline.cli import cli
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.errors import StaleArtifactError
+from vlmpack_offline.errors import ConfigError, PlanError, StaleArtifactError
 from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path
 from vlmpack_offline.plan_file import (
     Pack,
@@ -47,6 +47,8 @@ def _write_manifest(
                     id=f"{shard}/k{seq}", shard=shard, seq=seq, key=f"k{seq}", media_type=kind,
                     token_len=length, media_tokens=0 if kind == "text" else length // 2,
                     n_images=int(kind == "image"), n_videos=int(kind == "video"), members=(("json", 0, 10),),
+                    encoder_patches=0 if kind == "text" else 2 * length,
+                    encoder_attention=0 if kind == "text" else (2 * length) ** 2,
                 )
                 records.append(rec)
                 ok[rec.id] = length
@@ -179,17 +181,55 @@ def test_val_split_by_count_and_by_ratio(tmp_path):
     assert splits.count("val") == round(0.25 * len(splits))
 
 
-def test_balance_world_size_groups_packs_of_similar_visual_tokens(tmp_path):
-    world = 4
-    config = _config(tmp_path, packing={"balance_world_size": world}, split={"val_packs": 0})
+def test_a_balanced_plan_writes_slots_of_near_equal_cost_rank_major(tmp_path):
+    ranks, workers = 4, 2
+    config = _config(tmp_path, parallel={"data_parallel_size": ranks, "loader_workers": workers},
+                     split={"val_packs": 3})
     _write_manifest(config.work_dir, n=400)
-    _run_all(config)
-    media = [p.media_tokens for p in read_plan(config.work_dir)]
-    groups = [media[i : i + world] for i in range(0, len(media), world)]
-    ranked = sorted(media)
-    expected_groups = sorted(tuple(ranked[i : i + world]) for i in range(0, len(ranked), world))
-    assert sorted(tuple(sorted(g)) for g in groups) == expected_groups
-    assert [g[0] for g in groups] != sorted(g[0] for g in groups)  # the groups themselves are shuffled
+    result = _run_all(config)[-1]
+    meta, arrays = read_plan_meta(config.work_dir), read_plan_arrays(config.work_dir)
+    schedule = meta["schedule"]
+    n, rest = schedule["packs_per_rank"], schedule["unscheduled"]
+    n_train = meta["n_train_packs"]
+    assert n % workers == 0 and ranks * n + rest == n_train and rest < ranks * workers
+    train = arrays.cost[:n_train]
+    table = train[: ranks * n].reshape(ranks, n)  # [rank, slot]: rank-major
+    ranked = np.sort(train[: ranks * n])
+    # every slot holds ranks consecutive packs of the cost order, so no rank's pack is far from another's
+    assert sorted(tuple(np.sort(table[:, j])) for j in range(n)) == [tuple(ranked[i : i + ranks])
+                                                                    for i in range(0, len(ranked), ranks)]
+    assert (train[ranks * n :] <= ranked[0]).all()  # the few left out of every slot are the cheapest
+    assert list(table[0]) != sorted(table[0])  # the slots themselves are shuffled
+    balance = meta["balance"]
+    assert balance["balanced"]["max"] <= balance["unbalanced"]["max"]
+    assert any(line.startswith(f"balanced for {ranks} data-parallel ranks") for line in result.summary)
+    assert any("Qwen2.5-VL-7B-sized defaults" in line for line in result.summary)  # defaults said, not silent
+
+
+def test_the_older_balance_world_size_is_an_alias_of_data_parallel_size(tmp_path):
+    config = _config(tmp_path, packing={"balance_world_size": 2}, parallel={"loader_workers": 1})
+    assert config.data_parallel_size == 2
+    with pytest.raises(ConfigError, match="disagree"):
+        _config(tmp_path, packing={"balance_world_size": 2}, parallel={"data_parallel_size": 4})
+
+
+@pytest.mark.parametrize(("section", "match"), [
+    ({"data_parallel_size": 0}, "data_parallel_size must be a positive integer"),
+    ({"data_parallel_size": -8}, "data_parallel_size must be a positive integer"),
+    ({"data_parallel_size": 8, "micro_batches_per_step": 0}, "micro_batches_per_step must be a positive integer"),
+    ({"data_parallel_size": 8, "loader_workers": -1}, "loader_workers must be a positive integer"),
+])
+def test_bad_parallel_sizes_are_refused_naming_the_setting(tmp_path, section, match):
+    with pytest.raises(ConfigError, match=match):
+        _config(tmp_path, parallel=section)
+
+
+def test_more_ranks_than_packs_is_a_plan_error_naming_the_fix(tmp_path):
+    config = _config(tmp_path, parallel={"data_parallel_size": 4096})
+    _write_manifest(config.work_dir, n=40)
+    bucket.run(config)
+    with pytest.raises(PlanError, match="fewer than one balanced block .*data_parallel_size 4096"):
+        plan.run(config)
 
 
 def test_group_by_none_mixes_media_types(tmp_path):

@@ -49,6 +49,7 @@ PATH_KEYS: frozenset[tuple[str, ...]] = frozenset(
         ("data", "packed_json_dir"),
         ("model", "processor_kwargs", "pretrained_model_name_or_path"),
         ("model", "chat_template_path"),
+        ("packing", "cost", "model_config"),
     }
 )
 

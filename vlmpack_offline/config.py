@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -144,6 +145,17 @@ class VideoConfig:
 
 
 @dataclass(**_FROZEN)
+class CostConfig:
+    """Coefficients of a pack's training cost (FLOPs): derived from a model ``config.json``, each overridable."""
+
+    model_config: str | None = None  # the model's config.json (or its folder): sizes the coefficients come from
+    token: float | None = None  # per token: the language model's linear layers (+ lm head), forward + backward
+    attention: float | None = None  # per squared sub-sample length: the language model's causal attention
+    patch: float | None = None  # per vision-encoder patch: its linear layers and windowed attention
+    patch_attention: float | None = None  # per squared full-attention block (patches): the encoder's full layers
+
+
+@dataclass(**_FROZEN)
 class PackingConfig:
     group_by: Literal["media_type", "none"] = "media_type"  # one pack holds one media type, or any mix
     # bin packing: best-fit decreasing (tightest), first-fit decreasing, or hashbucket (the published tool's)
@@ -151,10 +163,12 @@ class PackingConfig:
     max_samples_per_pack: int | None = None  # optional cap on sub-samples in a pack
     max_media_tokens_per_pack: int | None = None  # optional cap on visual tokens in a pack
     seed: int = 0  # shuffles pack order (no length curriculum)
-    balance_world_size: int | None = None  # group packs by N with similar visual tokens (data-parallel ranks)
+    balance_world_size: int | None = None  # alias of parallel.data_parallel_size (the older name)
     # pad every sub-sample to a multiple of this (bucket and plan count the padded length); null: what
     # `parallel:` implies. Must be a multiple of that (docs/training/megatron.md)
     align_to: int | None = None
+    # the compute cost model the balanced plan evens out over ranks (packing/cost.py, docs/balance.md)
+    cost: CostConfig = field(default_factory=CostConfig)
 
 
 @dataclass(**_FROZEN)
@@ -168,6 +182,13 @@ class ParallelConfig:
     context_parallel_size: int = 1  # CP ranks that share one sequence (Megatron's --context-parallel-size)
     tensor_model_parallel_size: int = 1  # TP ranks (--tensor-model-parallel-size); matters with sequence_parallel
     sequence_parallel: bool = False  # Megatron's --sequence-parallel: each CP share is split over the TP ranks
+    # data-parallel ranks (ranks of different data); set: the plan balances each step's cost over them
+    # and every loader hands rank r the pack of its slot (docs/balance.md). null: no step balancing
+    data_parallel_size: int | None = None
+    micro_batches_per_step: int = 1  # gradient accumulation: packs each rank reads per optimizer step
+    # energon's DataLoader workers per rank must divide the per-rank pack count: the plan cuts that count to
+    # a multiple of this (so 1, 2, 4 or 8 workers keep the balance with 8)
+    loader_workers: int = 8
 
 
 @dataclass(**_FROZEN)
@@ -228,6 +249,11 @@ class Config:
     @property
     def packed_wds_dir(self) -> Path:
         return Path(self.data.packed_wds_dir)
+
+    @property
+    def data_parallel_size(self) -> int | None:
+        """``parallel.data_parallel_size``, or its alias ``packing.balance_world_size``."""
+        return self.parallel.data_parallel_size or self.packing.balance_world_size
 
     @property
     def alignment(self) -> Alignment:
@@ -402,6 +428,7 @@ def _check(config: Config) -> None:
                           f"(its media_type), but packing.group_by is {config.packing.group_by!r}: set "
                           "packing.group_by: media_type, or sample.sample_type: vlmpack_packed")
     _check_alignment(config)
+    _check_balance(config)
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
@@ -414,7 +441,7 @@ def _check(config: Config) -> None:
 
 def _check_alignment(config: Config) -> None:
     src, parallel, align_to = config.source, config.parallel, config.packing.align_to
-    for name in ("context_parallel_size", "tensor_model_parallel_size"):
+    for name in ("context_parallel_size", "tensor_model_parallel_size", "micro_batches_per_step", "loader_workers"):
         if getattr(parallel, name) < 1:
             raise ConfigError(f"{src}: parallel.{name} must be a positive integer, got {getattr(parallel, name)}")
     if align_to is not None and align_to < 1:
@@ -427,6 +454,20 @@ def _check_alignment(config: Config) -> None:
             f"{parallel.tensor_model_parallel_size}, sequence_parallel {str(parallel.sequence_parallel).lower()}): "
             f"set packing.align_to to a multiple of {implied}, or remove it"
         )
+
+
+def _check_balance(config: Config) -> None:
+    src, alias, size = config.source, config.packing.balance_world_size, config.parallel.data_parallel_size
+    if size is not None and size < 1:
+        raise ConfigError(f"{src}: parallel.data_parallel_size must be a positive integer or null, got {size}")
+    if alias is not None and size is not None and alias != size:
+        raise ConfigError(f"{src}: packing.balance_world_size {alias} and parallel.data_parallel_size {size} "
+                          "disagree (the first is an alias of the second): keep parallel.data_parallel_size only")
+    cost = config.packing.cost
+    for name in ("token", "attention", "patch", "patch_attention"):
+        value = getattr(cost, name)
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(f"{src}: packing.cost.{name} must be a finite number >= 0 or null, got {value}")
 
 
 def section_fingerprint_payload(config: Config, *sections: str) -> dict:

@@ -19,6 +19,8 @@ that decide tokens; the loader rebuilds its ``Config`` from them
       "loss":   {"train_on": "assistant"},             # only when the config has a `loss:` section
       "alignment": {"context_parallel_size": 2, "tensor_model_parallel_size": 1, "sequence_parallel": false,
                     "align_to": null, "multiple": 4},  # the layout bucket + plan aligned sub-samples for
+      "schedule": {"data_parallel_size": 8, "micro_batches_per_step": 1, "packs_per_rank": 400,
+                   "loader_workers": 8, "unscheduled": 5},  # the balanced train split (schedule.py), or null
       "processor": {"sha256": "<sha256 of the files map>",
                     "files": {"chat_template.jinja": "<sha256>", "preprocessor_config.json": "<sha256>", ...}}
     }
@@ -48,6 +50,7 @@ from .config import Config, config_from_dict
 from .errors import ConfigError
 from .model_type import resolved_model_type
 from .packing.alignment import Alignment
+from .schedule import Schedule
 
 __all__ = [
     "SETTINGS_NAME",
@@ -60,6 +63,7 @@ __all__ = [
     "config_from_packed_dir",
     "check_against_packed_dir",
     "written_alignment",
+    "written_schedule",
 ]
 
 SETTINGS_NAME = "vlmpack.json"  # in packed_wds_dir/.nv-meta/
@@ -119,8 +123,9 @@ def _processor_block(config: Config) -> dict | None:
     return {"sha256": hashlib.sha256(canonical_json(files).encode()).hexdigest(), "files": files}
 
 
-def packed_settings(config: Config, plan_fingerprint: str) -> dict:
-    """The ``vlmpack.json`` document for ``config`` (see the module doc)."""
+def packed_settings(config: Config, plan_fingerprint: str, schedule: dict | None = None) -> dict:
+    """The ``vlmpack.json`` document for ``config`` (see the module doc); ``schedule`` the plan's
+    (``schedule.Schedule.record``), None when the plan balances nothing."""
     sections = _sections(config)
     processor = _processor_block(config)
     portable = json.loads(json.dumps(sections))
@@ -134,6 +139,7 @@ def packed_settings(config: Config, plan_fingerprint: str) -> dict:
         **sections,
         "processor": processor,
         "alignment": config.alignment.record(),
+        "schedule": schedule,
     }
     return body
 
@@ -157,6 +163,12 @@ def read_packed_settings(packed_dir: str | Path) -> dict:
     if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT or document.get("version") != _VERSION:
         raise ConfigError(f"{path}: not a {SETTINGS_FORMAT} version {_VERSION} file; rerun `vlmpack write`")
     return document
+
+
+def written_schedule(packed_dir: str | Path) -> Schedule | None:
+    """The balanced schedule of the train split (``schedule.py``); None when it was planned without one."""
+    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
+    return Schedule.from_record(read_packed_settings(packed_dir).get("schedule")) if path.is_file() else None
 
 
 def written_alignment(packed_dir: str | Path) -> Alignment:

@@ -9,6 +9,7 @@
       split          int8  [P]      0 train, 1 val
       group          int8  [P]      index into meta["groups"] (media type, or "mixed")
       media_tokens   int64 [P]      visual tokens in the pack
+      cost           float64 [P]    the pack's training cost (packing/cost.py), FLOPs
       id_bytes       uint8 [..]     only when meta["ids"] == "stored": the ids, utf-8, concatenated
       id_offsets     int64 [N + 1]  only then: id i = id_bytes[id_offsets[i]:id_offsets[i+1]]
     pack_plan.meta.json  fingerprint, capacity, seed, counts, groups, ids ("manifest" | "stored"),
@@ -95,6 +96,7 @@ class PlanArrays:
     sample_index: np.ndarray | None = None  # int64 [N], ok-row index in the manifest (ids: manifest)
     id_bytes: np.ndarray | None = None  # uint8, ids concatenated (ids: stored)
     id_offsets: np.ndarray | None = None  # int64 [N + 1] (ids: stored)
+    cost: np.ndarray | None = None  # float64 [P], FLOPs (packing/cost.py); None in plans written from Pack lists
 
     @property
     def n_packs(self) -> int:
@@ -135,6 +137,8 @@ def write_plan_arrays(work_dir: str | Path, plan: PlanArrays, meta: dict) -> Non
         "split": plan.split.astype(np.int8), "group": plan.group.astype(np.int8),
         "media_tokens": plan.media_tokens.astype(np.int64),
     }
+    if plan.cost is not None:
+        arrays["cost"] = plan.cost.astype(np.float64)
     if plan.id_bytes is not None:
         arrays |= {"id_bytes": plan.id_bytes.astype(np.uint8), "id_offsets": plan.id_offsets.astype(np.int64)}
         ids = "stored"

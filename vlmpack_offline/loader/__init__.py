@@ -10,7 +10,7 @@
     vision_inputs    VisionInputs: the one container for every vision field the processor made
     attention.py     varlen_attention (flash-attn | torch varlen | SDPA block mask), block_causal_mask
     cooker.py        energon cooker (crude tar parts -> CookedPack)
-    task_encoder.py  PackTaskEncoder for megatron-energon
+    task_encoder.py  PackTaskEncoder and train_dataset for megatron-energon
     dataset.py       PackDataset: plain PyTorch IterableDataset (webdataset, rank/worker split)
     sequence.py      PackSequence: map-style, item i = the pack rank i % W reads (frameworks that shard)
     adapters/        one module per training framework (Megatron, transformers.Trainer, NeMo Automodel)
@@ -26,10 +26,10 @@ from .vision_inputs import VisionInputs
 
 def __getattr__(name: str):
     # energon / webdataset entry points import lazily: the encoder alone needs neither.
-    if name == "PackTaskEncoder":
-        from .task_encoder import PackTaskEncoder
+    if name in ("PackTaskEncoder", "train_dataset"):
+        from . import task_encoder
 
-        return PackTaskEncoder
+        return getattr(task_encoder, name)
     if name in ("PackDataset", "packed_shards", "iter_cooked_packs"):
         from . import dataset
 
@@ -53,6 +53,7 @@ __all__ = [
     "block_causal_mask",
     "segment_ids",
     "PackTaskEncoder",
+    "train_dataset",
     "PackDataset",
     "PackSequence",
     "PackSequenceSampler",

@@ -67,6 +67,7 @@ from ..output.energon_meta import (
     read_idx,
     written_layout,
 )
+from ..packed_settings import written_schedule
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
 from .encoder import PackEncoder
@@ -220,6 +221,7 @@ class PackDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         seed: int = 0,
+        follow_plan: bool = True,
     ) -> None:
         super().__init__()
         self.packs = PackIndex.from_dir(packed_wds_dir, split)
@@ -230,6 +232,13 @@ class PackDataset(IterableDataset):
         if not 0 <= self.rank < self.world_size:
             raise ConfigError(f"PackDataset: rank {self.rank} is not in [0, world_size={self.world_size})")
         self.seed = seed
+        self.schedule = written_schedule(packed_wds_dir) if follow_plan and split == "train" else None
+        if self.schedule is not None:
+            self.schedule.require_world(self.world_size, "PackDataset")
+            planned = self.schedule.scheduled + self.schedule.unscheduled
+            if planned != len(self.packs):
+                raise ShardError(f"{packed_wds_dir}: the train split holds {len(self.packs)} packs but its schedule "
+                                 f"says {planned}: the folder is incomplete or mixed; rerun `vlmpack write`")
         self.epoch = 0
         self._resume: tuple[int, int] | None = None  # (epoch, next_index) from load_state_dict
         self._progress: tuple[int, int] | None = None  # (epoch, next_index) of in-process iteration
@@ -243,12 +252,17 @@ class PackDataset(IterableDataset):
             self._resume = None
 
     def packs_per_rank(self, num_workers: int = 0) -> int:
-        """Packs every rank yields per epoch with this many DataLoader workers: ``(N // slots) * workers``."""
+        """Packs every rank yields per epoch with this many DataLoader workers: ``(N // slots) * workers``
+        (the plan's ``packs_per_rank`` for a balanced split, whatever the workers)."""
+        if self.schedule is not None:
+            return self.schedule.packs_per_rank
         workers = max(1, num_workers)
         return len(self.packs) // (self.world_size * workers) * workers
 
     def rank_order(self, epoch: int, num_workers: int = 0) -> np.ndarray:
         """Indices (into ``self.packs``) this rank yields in ``epoch``, in batch order."""
+        if self.schedule is not None:
+            return self.schedule.rank_order(self.rank, epoch, self.seed)
         perm = np.random.default_rng((self.seed, epoch)).permutation(len(self.packs))
         return perm[self.rank :: self.world_size][: self.packs_per_rank(num_workers)]
 
@@ -266,7 +280,12 @@ class PackDataset(IterableDataset):
                 "use fewer DataLoader workers"
             )
         dropped = len(self.packs) - len(order) * self.world_size
-        if dropped and self.rank == 0 and worker == 0 and not self._logged_drop:
+        if dropped and self.schedule is not None:
+            if self.rank == 0 and worker == 0 and not self._logged_drop:
+                log.info("PackDataset %s: %d packs the plan left out of every step are not read (balanced schedule)",
+                         self.split, dropped)
+                self._logged_drop = True
+        elif dropped and self.rank == 0 and worker == 0 and not self._logged_drop:
             # a warning: on a small dataset the few packs left out can be all of one media type this epoch
             log.warning("PackDataset %s epoch %d: %d of %d packs left out so every one of %d slots reads %d "
                         "(other packs each epoch)", self.split, epoch, dropped, len(self.packs), slots,

@@ -16,6 +16,12 @@ sampler position reads nothing it skips. ``set_epoch`` picks the epoch's permuta
 call it before each epoch); a worker keeps the epoch it was started with, so persistent workers
 need a new DataLoader iterator per epoch.
 
+A balanced split (``schedule.py``: planned with ``parallel.data_parallel_size``) is read as planned:
+item ``k * W + r`` is ``Schedule.rank_order(r, e, seed)[k]``, the pack of rank r's k-th slot, so each
+micro-batch of all ranks is one balanced slot. ``world_size`` must be the planned D and
+``micro_batches_per_step`` the planned M (``ConfigError`` otherwise; ``follow_plan=False`` reads it
+unbalanced).
+
 A sampler that shuffles the items would undo the order each rank was given:
 the first item asked for out of order in one process raises, naming the sampler setting.
 """
@@ -26,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch.utils.data import Dataset, DistributedSampler
 
 from ..errors import ConfigError
@@ -44,13 +51,25 @@ class PackSequence(Dataset):
 
     def __init__(self, packed_wds_dir: str | Path, encoder: PackEncoder, *, world_size: int = 1,
                  micro_batches_per_step: int = 1, seed: int = 0, split: str = "train",
-                 transform: Callable[[PackBatch], Any] | None = None) -> None:
+                 transform: Callable[[PackBatch], Any] | None = None, follow_plan: bool = True) -> None:
+        from ..packed_settings import written_schedule
         from .dataset import PackDataset
 
         for name, value in (("world_size", world_size), ("micro_batches_per_step", micro_batches_per_step)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{type(self).__name__}: {name} must be a positive integer, got {value!r}")
-        self.packs = PackDataset(packed_wds_dir, encoder, split=split, rank=0, world_size=1, seed=seed)
+        self.schedule = written_schedule(packed_wds_dir) if follow_plan and split == "train" else None
+        if self.schedule is not None:
+            self.schedule.require_world(world_size, type(self).__name__)
+            if micro_batches_per_step != self.schedule.micro_batches_per_step:
+                raise ConfigError(
+                    f"{type(self).__name__}: {micro_batches_per_step} micro-batches per step (gradient accumulation), "
+                    f"but {packed_wds_dir} was planned for parallel.micro_batches_per_step "
+                    f"{self.schedule.micro_batches_per_step}: set gradient accumulation to that, or rerun "
+                    f"`vlmpack plan` + `write` with parallel.micro_batches_per_step: {micro_batches_per_step}")
+        # reads and encodes packs by index; the order is this class's (pack_index)
+        self.packs = PackDataset(packed_wds_dir, encoder, split=split, rank=0, world_size=1, seed=seed,
+                                 follow_plan=False)
         self.world_size = world_size
         self.micro_batches_per_step = micro_batches_per_step
         self.transform = transform
@@ -58,7 +77,8 @@ class PackSequence(Dataset):
         self._last: int | None = None  # the last item this process read in this epoch (order check)
         self._order: tuple[int, Any] | None = None  # (epoch, its permutation): computed once per epoch
         per_step = world_size * micro_batches_per_step
-        self.length = len(self.packs.packs) // per_step * per_step
+        planned = self.schedule.scheduled if self.schedule is not None else len(self.packs.packs)
+        self.length = planned // per_step * per_step
         if self.length == 0:
             raise ConfigError(
                 f"split {split!r} of {packed_wds_dir} has {len(self.packs.packs)} packs, fewer than one optimizer "
@@ -77,8 +97,14 @@ class PackSequence(Dataset):
         """Which pack of the split item ``i`` of ``epoch`` is (data-parallel rank ``i % world_size`` reads it)."""
         epoch = self.epoch if epoch is None else epoch
         if self._order is None or self._order[0] != epoch:
-            self._order = (epoch, self.packs.rank_order(epoch))
+            self._order = (epoch, self._epoch_order(epoch))
         return int(self._order[1][i])
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        if self.schedule is None:
+            return self.packs.rank_order(epoch)
+        ranks = [self.schedule.rank_order(r, epoch, self.packs.seed) for r in range(self.world_size)]
+        return np.stack(ranks, axis=1).reshape(-1)  # item k * W + r = rank r's k-th slot
 
     def __getitem__(self, i: int) -> Any:
         if not 0 <= i < self.length:

@@ -31,6 +31,8 @@ class OkSamples:
     media_tokens: np.ndarray  # int32 per ok sample
     media_code: np.ndarray  # int8 index into ``media_names``
     media_names: tuple[str, ...]  # media type per code
+    encoder_patches: np.ndarray | None = None  # int32 per ok sample: vision-encoder patches (cost model)
+    encoder_attention: np.ndarray | None = None  # int64 per ok sample: sum of squared attention blocks
     id_chunks: tuple[str, ...] = ()  # ids joined, ``chunk_rows`` samples per string (only when asked for)
     id_offsets: np.ndarray | None = None  # int64 [n + 1]: id i = chunk[i // rows][off[i] - base : off[i+1] - base]
     chunk_rows: int = _CHUNK
@@ -64,6 +66,8 @@ def manifest_fingerprint(work_dir) -> str:
 def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
     """Read the ok rows (plus the drop counts) with two scans and no per-row Python objects kept."""
     packed_out: list[np.ndarray] = []
+    patches_out: list[np.ndarray] = []
+    blocks_out: list[np.ndarray] = []
     id_chunks, id_lens = [], []
     with Manifest(manifest_path(work_dir)) as manifest:
         conn = manifest.conn
@@ -73,13 +77,19 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         # one integer per row (token_len << 34 | media_tokens << 3 | media code): a third of the Python objects
         case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
         packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
-        columns = packed + (", id" if with_ids else "")
+        # the cost model's columns only when some sample has media (a text-only manifest reads one int a row)
+        (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0)").fetchone()
+        columns = packed + (", encoder_patches, encoder_attention" if encoded else "") + (", id" if with_ids else "")
+        id_col = 3 if encoded else 1
         cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", MEDIA_TYPES)
         with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
             while rows := cursor.fetchmany(_CHUNK):
                 packed_out.append(np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows)))
+                if encoded:
+                    patches_out.append(np.fromiter(map(itemgetter(1), rows), dtype=np.int32, count=len(rows)))
+                    blocks_out.append(np.fromiter(map(itemgetter(2), rows), dtype=np.int64, count=len(rows)))
                 if with_ids:
-                    ids = list(map(itemgetter(1), rows))
+                    ids = list(map(itemgetter(id_col), rows))
                     id_chunks.append("".join(ids))
                     id_lens.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
                 bar.update(len(rows))
@@ -97,8 +107,12 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         offsets = np.zeros(len(token_len) + 1, dtype=np.int64)
         if id_lens:
             np.cumsum(np.concatenate(id_lens), out=offsets[1:])
+    n = len(token_len)
+    patches = np.concatenate(patches_out) if patches_out else np.zeros(n, np.int32)
+    blocks = np.concatenate(blocks_out) if blocks_out else np.zeros(n, np.int64)
     return OkSamples(
         token_len=token_len, media_tokens=media_tokens, media_code=codes.astype(np.int8), media_names=names,
+        encoder_patches=patches, encoder_attention=blocks,
         id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
     )
 

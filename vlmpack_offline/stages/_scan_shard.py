@@ -96,6 +96,8 @@ class _Pending:
     error: str = ""  # error text of a drop
     token_len: int = 0  # counted length
     media_tokens: int = 0  # visual tokens inside token_len
+    encoder_patches: int = 0  # the vision encoder's patches for the sample's media (cost model)
+    encoder_attention: int = 0  # sum of its full-attention blocks' patches**2 (cost model)
     unused_media: int = 0  # media parts of the sample that the conversation never references
     sha256: str = ""  # of the members' bytes, when write.check_sources is sha256
     seconds: float = 0.0  # spent reading it (JSON + media probes), counted against its budget
@@ -184,6 +186,8 @@ class ShardScanner:
                     item.status, item.error = result.reason, str(result)
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
+                    item.encoder_patches = getattr(result, "encoder_patches", 0)
+                    item.encoder_attention = getattr(result, "encoder_attention", 0)
 
     def _count(self, batch: list[_Pending]) -> list:
         """Counts of a batch; when the batched call fails, each sample alone, so only the bad one drops."""
@@ -259,6 +263,8 @@ class ShardScanner:
             media_type=conversation.media_type if conversation else "unknown",
             token_len=item.token_len,
             media_tokens=item.media_tokens,
+            encoder_patches=item.encoder_patches,
+            encoder_attention=item.encoder_attention,
             n_images=kinds.count("image"),
             n_videos=kinds.count("video"),
             members=tuple((m.part, m.offset, m.size) for m in item.raw.members),

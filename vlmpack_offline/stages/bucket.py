@@ -4,7 +4,9 @@
 
     bins/
       lengths.npy              int32 [n_ok]   token_len of every ok sample, manifest order
-      media_tokens.npy         int32 [n_ok]   visual tokens of every ok sample (plan balances on them)
+      media_tokens.npy         int32 [n_ok]   visual tokens of every ok sample
+      encoder_patches.npy      int32 [n_ok]   vision-encoder patches of every ok sample   } the plan's cost
+      encoder_attention.npy    int64 [n_ok]   sum of its squared attention blocks          } model reads them
       <group>.indexes.npy      int32          ok-sample indexes, packs concatenated
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
@@ -132,6 +134,8 @@ def run(config: Config) -> StageResult:
     overlong = np.flatnonzero(aligned > capacity).astype(np.int32)
     _save(out_dir / "lengths.npy", samples.token_len)
     _save(out_dir / "media_tokens.npy", samples.media_tokens)
+    _save(out_dir / "encoder_patches.npy", samples.encoder_patches)
+    _save(out_dir / "encoder_attention.npy", samples.encoder_attention)
     _save(out_dir / "overlong.npy", overlong)
     _write_overlong_report(config, overlong, capacity, alignment.multiple)
     group_meta = []

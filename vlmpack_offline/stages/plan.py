@@ -2,11 +2,11 @@
 
 Order: packs are shuffled with ``packing.seed`` (numpy ``default_rng``; no length
 curriculum). The first ``split.val_packs`` (or ``round(val_ratio * packs)``) of
-that order form the ``val`` split, written after all ``train`` packs. With
-``packing.balance_world_size: N`` each split is then sorted by visual tokens,
-cut into groups of N consecutive packs and the groups are shuffled whole (a short
-remainder group stays last), so the
-N data-parallel ranks of one step get similar ViT load.
+that order form the ``val`` split, written after all ``train`` packs. Every pack gets
+a training cost (``packing/cost.py``). With ``parallel.data_parallel_size: D`` the
+train packs are laid out as the balanced schedule (``schedule.py``): slots of D packs of
+near-equal cost, one per rank, written rank-major, then the few cheapest packs that fill
+no slot; the val split keeps its shuffled order.
 
 Plan reads only ``bins/`` (numpy end to end, no ids: they are resolved from the
 manifest when the plan is read). Before the file is final the plan is checked:
@@ -28,8 +28,10 @@ import numpy as np
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
+from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
+from ..schedule import Schedule, balance, slot_balance
 from ..stage_result import StageResult
 from ..stats import compute_stats, stats_paths, write_stats
 from ._ok_samples import manifest_fingerprint
@@ -41,32 +43,31 @@ __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 def plan_fingerprint(config: Config) -> tuple[str, str]:
     """(expected bins fingerprint, expected plan fingerprint) for the current manifest and config."""
     bins_fp = bins_fingerprint(config, manifest_fingerprint(config.work_dir))
-    payload = {"bins": bins_fp,
+    payload = {"bins": bins_fp, "cost": cost_model(config).record(),
                "config": section_fingerprint_payload(config, "sample", "packing", "parallel", "split")}
     return bins_fp, fingerprint(payload)
 
 
-def order_packs(pack_media: np.ndarray, config: Config) -> tuple[np.ndarray, np.ndarray]:
-    """Pure: (train pack order, val pack order) as arrays of pack numbers."""
-    n = len(pack_media)
+def cost_model(config: Config) -> CostModel:
+    return cost_model_for(config.packing.cost, config.model.processor_kwargs.get("pretrained_model_name_or_path"))
+
+
+def order_packs(costs: np.ndarray, config: Config) -> tuple[np.ndarray, np.ndarray, Schedule | None]:
+    """Pure: (train pack order, val pack order, the train split's schedule or None) as arrays of pack numbers."""
+    n = len(costs)
     rng = np.random.default_rng(config.packing.seed)
     perm = rng.permutation(n)
     split = config.split
     n_val = split.val_packs if split.val_packs is not None else int(round(split.val_ratio * n))
     n_val = min(n_val, n)
     val, train = perm[:n_val], perm[n_val:]
-    world = config.packing.balance_world_size
-    if world and world > 1:
-        train, val = _balance(train, pack_media, world, rng), _balance(val, pack_media, world, rng)
-    return train, val
-
-
-def _balance(order: np.ndarray, pack_media: np.ndarray, world: int, rng: np.random.Generator) -> np.ndarray:
-    """Whole groups of ``world`` packs shuffled; a short last group stays last so groups stay aligned."""
-    ranked = order[np.argsort(pack_media[order], kind="stable")]
-    n_full = len(ranked) // world
-    groups = ranked[: n_full * world].reshape(n_full, world)[rng.permutation(n_full)]
-    return np.concatenate([groups.reshape(-1), ranked[n_full * world :]])
+    world = config.data_parallel_size
+    if not world:
+        return train, val, None
+    parallel = config.parallel
+    scheduled, rest, schedule = balance(costs[train], world, parallel.micro_batches_per_step,
+                                        parallel.loader_workers, rng)
+    return np.concatenate([train[scheduled], train[rest]]), val, schedule
 
 
 def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int,
@@ -92,12 +93,18 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
 
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
-              lengths: np.ndarray, media_tokens: np.ndarray, config: Config) -> PlanArrays:
-    """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``)."""
+              lengths: np.ndarray, media_tokens: np.ndarray, config: Config,
+              costs: np.ndarray | None = None) -> tuple[PlanArrays, Schedule | None]:
+    """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``), and the schedule.
+
+    ``costs``: per bins pack (``packing.cost.pack_costs``); None counts every pack by its tokens."""
     sizes = np.diff(offsets)
     pack_media = np.add.reduceat(media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
         else np.zeros(0, np.int64)
-    train, val = order_packs(pack_media, config)
+    if costs is None:
+        costs = np.add.reduceat(lengths[indexes].astype(np.float64), offsets[:-1]) if indexes.size \
+            else np.zeros(0, np.float64)
+    train, val, schedule = order_packs(costs, config)
     order = np.concatenate([train, val]).astype(np.int64)
     new_sizes = sizes[order]
     new_offsets = np.zeros(len(order) + 1, np.int64)
@@ -111,8 +118,8 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
     return PlanArrays(
         pack_offsets=new_offsets, sample_index=members.astype(np.int64), token_len=lengths[members],
         split=split, group=pack_group[order].astype(np.int8), media_tokens=pack_media[order],
-        group_names=group_names,
-    )
+        group_names=group_names, cost=costs[order].astype(np.float64),
+    ), schedule
 
 
 def run(config: Config) -> StageResult:
@@ -135,6 +142,9 @@ def run(config: Config) -> StageResult:
     plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
     out = bins_dir(config)
     lengths, media_tokens = np.load(out / "lengths.npy"), np.load(out / "media_tokens.npy")
+    if not (out / "encoder_patches.npy").is_file():
+        raise StaleArtifactError(f"{out} has no encoder_patches.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
+    patches, blocks = np.load(out / "encoder_patches.npy"), np.load(out / "encoder_attention.npy")
     overlong = np.load(out / "overlong.npy")
     indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta)
     capacity = config.sample.max_token_len
@@ -143,8 +153,10 @@ def run(config: Config) -> StageResult:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
     alignment = config.alignment
     validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong)
-    plan_arrays = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config)
-    del indexes
+    model = cost_model(config)
+    costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets)
+    plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs)
+    del indexes, costs
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
     drops = dict(bins_meta.get("manifest_drops", {}))
     drops[Reason.OVERLONG] = drops.get(Reason.OVERLONG, 0) + int(overlong.size)
@@ -153,9 +165,10 @@ def run(config: Config) -> StageResult:
         "manifest_fingerprint": manifest_fingerprint(config.work_dir),
         "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": n_ok - int(overlong.size),
         "n_train_packs": n_train, "n_val_packs": plan_arrays.n_packs - n_train, "n_overlong": int(overlong.size),
-        "drops": dict(sorted(drops.items())), "balance_world_size": config.packing.balance_world_size,
-        "alignment": alignment.record(),
+        "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
+        "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
+    balance_lines = _balance_lines(plan_arrays, schedule, config, meta)
     write_plan_arrays(config.work_dir, plan_arrays, meta)
     jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
 
@@ -167,9 +180,42 @@ def run(config: Config) -> StageResult:
     write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
                 drop_lengths=lengths[overlong])
-    return StageResult(stage="plan", summary=stats.table_lines(), seconds=time.perf_counter() - started,
+    return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
+                       seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
+
+
+def _balance_lines(plan: PlanArrays, schedule: Schedule | None, config: Config, meta: dict) -> list[str]:
+    """The schedule in words, with what it buys: per step the slowest rank's cost over the mean, balanced and
+    for the same packs dealt out in a seeded random order (what an unbalanced loader does). Fills ``meta``."""
+    if schedule is None:
+        return ["no step balancing (parallel.data_parallel_size: null)"]
+    train = plan.cost[: schedule.scheduled]
+    planned = slot_balance(train, schedule)
+    shuffled = np.random.default_rng(config.packing.seed).permutation(train)
+    unbalanced = slot_balance(shuffled, schedule)
+    p = {name: [float(v) for v in np.percentile(ratios, [50, 99, 100])]
+         for name, ratios in (("balanced", planned), ("unbalanced", unbalanced))}
+    meta["balance"] = {name: dict(zip(("p50", "p99", "max"), values, strict=True)) for name, values in p.items()}
+    rest = schedule.unscheduled
+    rest_samples = int(plan.pack_offsets[schedule.scheduled + rest] - plan.pack_offsets[schedule.scheduled])
+    lines = [
+        f"balanced for {schedule.data_parallel_size} data-parallel ranks x {schedule.micro_batches_per_step} "
+        f"micro-batches: {schedule.steps} steps of {schedule.packs_per_rank // schedule.steps} packs per rank",
+        "  slowest rank / mean per step: p50 {:.4f}, p99 {:.4f}, worst {:.4f} (random order: {:.4f}, {:.4f}, "
+        "{:.4f})".format(*p["balanced"], *p["unbalanced"]),
+    ]
+    if rest:
+        lines.append(f"  {rest} train packs ({rest_samples} samples, the cheapest) fill no step and are read by no "
+                     f"balanced loader (fewer than one block of {schedule.data_parallel_size} ranks x "
+                     f"{_block(schedule)} packs, lcm of micro_batches_per_step and loader_workers)")
+    return lines
+
+
+def _block(schedule: Schedule) -> int:
+    m, w = schedule.micro_batches_per_step, schedule.loader_workers
+    return m * w // np.gcd(m, w)
 
 
 def _stats_done(work_dir, plan_fp: str) -> bool:

@@ -232,6 +232,8 @@ def _write_jsonl(manifest: Manifest, path: Path) -> None:
                 "media_type": s.media_type,
                 "token_len": s.token_len,
                 "media_tokens": s.media_tokens,
+                "encoder_patches": s.encoder_patches,
+                "encoder_attention": s.encoder_attention,
                 "reason": None if s.status == "ok" else s.status,
                 "error": s.error,
                 "unused_media": s.unused_media,

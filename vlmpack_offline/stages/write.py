@@ -594,7 +594,7 @@ def run(config: Config) -> StageResult:
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
     with Manifest(manifest_path(config.work_dir)) as manifest:
         _check_scan_inputs(config, manifest)  # before anything in out_dir is touched
-    settings = packed_settings(config, meta["fingerprint"])
+    settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"))
     fp = write_fingerprint(config, meta["fingerprint"], settings)
     marker = _read_marker(out_dir)
     if marker and marker.get("fingerprint") == fp and marker.get("complete"):
