@@ -39,6 +39,7 @@ import numpy as np
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.packing import ALGORITHMS, PackLimits, lower_bound, pack_samples
+from vlmpack_offline.packing.cost import pack_costs
 from vlmpack_offline.plan_file import plan_path, write_plan_arrays
 from vlmpack_offline.stages import bucket, plan
 from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
@@ -47,29 +48,37 @@ CAPACITY = 8192
 
 
 def synthetic(n: int, capacity: int, seed: int = 0) -> OkSamples:
-    """Lognormal lengths (median C/20, sigma 1), a media-type mix; ids are made by ``_id`` when needed."""
+    """Lognormal lengths (median C/20, sigma 1), a media-type mix; ids are made by ``_id`` when needed.
+
+    Vision-encoder columns as a Qwen-VL scan records them: 4 patches per visual token (2 x 2 merge), an
+    image one attention block, a video 4 frames' blocks."""
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(rng.lognormal(np.log(capacity / 20), 1.0, n)), 1, capacity).astype(np.int32)
     codes = rng.choice(3, size=n, p=[0.3, 0.6, 0.1]).astype(np.int8)
     media = np.where(codes == 0, 0, (lengths * 0.8).astype(np.int32)).astype(np.int32)
-    return OkSamples(token_len=lengths, media_tokens=media, media_code=codes, media_names=MEDIA_TYPES)
+    patches = media * 4
+    frames = np.where(codes == 2, 4, 1)
+    blocks = (patches.astype(np.int64) // frames) ** 2 * frames
+    return OkSamples(token_len=lengths, media_tokens=media, media_code=codes, media_names=MEDIA_TYPES,
+                     encoder_patches=patches, encoder_attention=blocks)
 
 
 def _id(i: int) -> str:
     return f"shard-{i // 10000:06d}.tar/sample-{i:09d}"
 
 
-def _config(work_dir: Path, **packing):
+def _config(work_dir: Path, balance: int | None = 8):
     return config_from_dict({"data": {"work_dir": str(work_dir)}, "sample": {"max_token_len": CAPACITY},
-                             "packing": packing, "split": {"val_ratio": 0.01}}, source="bench")
+                             "parallel": {"data_parallel_size": balance}, "split": {"val_ratio": 0.01}},
+                            source="bench")
 
 
-def bench_arrays(n: int, queue) -> None:
+def bench_arrays(n: int, balance: int | None, queue) -> None:
     t0 = time.perf_counter()
     samples = synthetic(n, CAPACITY)
     t_gen = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
-        config = _config(Path(tmp), balance_world_size=8)
+        config = _config(Path(tmp), balance)
         t1 = time.perf_counter()
         groups = bucket.build_bins(samples, config)
         t_bucket = time.perf_counter() - t1
@@ -82,8 +91,11 @@ def bench_arrays(n: int, queue) -> None:
             codes.append(np.full(len(off) - 1, code, np.int8))
         offsets = np.concatenate(offsets)
         plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY, np.zeros(0, np.int32))
-        arrays = plan.make_plan(indexes, offsets, np.concatenate(codes), tuple(groups), samples.token_len,
-                                samples.media_tokens, config)
+        costs = pack_costs(plan.cost_model(config), samples.token_len, samples.encoder_patches,
+                           samples.encoder_attention, indexes, offsets)
+        arrays, _ = plan.make_plan(indexes, offsets, np.concatenate(codes), tuple(groups), samples.token_len,
+                                   samples.media_tokens, config, costs)
+        del costs
         del indexes
         t_order = time.perf_counter() - t2
         t3 = time.perf_counter()
@@ -103,13 +115,17 @@ def make_manifest(work_dir: Path, samples: OkSamples, rows: int = 200_000) -> fl
             part = np.arange(first, min(first + rows, samples.n))
             with manifest.conn:
                 manifest.conn.executemany(
-                    "INSERT INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO samples (id, shard, seq, key, media_type, token_len, media_tokens, n_images, "
+                    "n_videos, members, status, error, encoder_patches, encoder_attention) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     ((sample_id, f"shard-{i // 10000:06d}.tar", i % 10000, f"sample-{i:09d}", names[c], n, m,
-                      0, 0, "[]", "ok", "")
-                     for i, sample_id, n, m, c in zip(part.tolist(), map(_id, part.tolist()),
-                                                      samples.token_len[part].tolist(),
-                                                      samples.media_tokens[part].tolist(),
-                                                      samples.media_code[part].tolist(), strict=True)))
+                      0, 0, "[]", "ok", "", p, b)
+                     for i, sample_id, n, m, c, p, b in zip(part.tolist(), map(_id, part.tolist()),
+                                                            samples.token_len[part].tolist(),
+                                                            samples.media_tokens[part].tolist(),
+                                                            samples.media_code[part].tolist(),
+                                                            samples.encoder_patches[part].tolist(),
+                                                            samples.encoder_attention[part].tolist(), strict=True)))
         manifest.set_meta({"fingerprint": "bench"})
     return time.perf_counter() - t0
 
@@ -142,18 +158,21 @@ def main() -> None:
     parser.add_argument("--manifest-samples", type=int, default=1_000_000)
     parser.add_argument("--table-samples", type=int, default=1_000_000)
     parser.add_argument("--align-samples", type=int, default=1_000_000)
+    parser.add_argument("--compare-unbalanced", action="store_true", help="A also without step balancing")
     args = parser.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]))
 
-    a = _in_child(bench_arrays, args.samples)
-    total = a["bucket"] + a["order"] + a["write"]
-    print(f"\nA. {args.samples:,} samples from arrays (C={CAPACITY}, group_by media_type, BFD, balance 8, val 1%)")
-    print(f"   bucket (group + BFD)        {a['bucket']:7.2f} s")
-    print(f"   plan (validate+order+flatten) {a['order']:7.2f} s")
-    print(f"   plan (write npz, {a['plan_bytes'] / 2**20:.0f} MiB)  {a['write']:7.2f} s")
-    print(f"   total bucket + plan         {total:7.2f} s   peak RSS {a['peak']:.2f} GiB "
-          f"(incl. {a['gen']:.1f} s synthetic data generation, not timed)")
-    print(f"   packs {a['packs']:,}  lower bound {a['lb']:,}  gap {100 * (a['packs'] / a['lb'] - 1):.4f}%")
+    for balance in (8, None) if args.compare_unbalanced else (8,):
+        a = _in_child(bench_arrays, args.samples, balance)
+        total = a["bucket"] + a["order"] + a["write"]
+        said = f"balanced for {balance} ranks" if balance else "no step balancing"
+        print(f"\nA. {args.samples:,} samples from arrays (C={CAPACITY}, group_by media_type, BFD, {said}, val 1%)")
+        print(f"   bucket (group + BFD)        {a['bucket']:7.2f} s")
+        print(f"   plan (validate+cost+order+flatten) {a['order']:7.2f} s")
+        print(f"   plan (write npz, {a['plan_bytes'] / 2**20:.0f} MiB)  {a['write']:7.2f} s")
+        print(f"   total bucket + plan         {total:7.2f} s   peak RSS {a['peak']:.2f} GiB "
+              f"(incl. {a['gen']:.1f} s synthetic data generation, not timed)")
+        print(f"   packs {a['packs']:,}  lower bound {a['lb']:,}  gap {100 * (a['packs'] / a['lb'] - 1):.4f}%")
 
     if args.manifest_samples:
         bench_manifest(args.manifest_samples)

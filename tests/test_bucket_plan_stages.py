@@ -201,7 +201,7 @@ def test_a_balanced_plan_writes_slots_of_near_equal_cost_rank_major(tmp_path):
     assert (train[ranks * n :] <= ranked[0]).all()  # the few left out of every slot are the cheapest
     assert list(table[0]) != sorted(table[0])  # the slots themselves are shuffled
     balance = meta["balance"]
-    assert balance["balanced"]["max"] <= balance["unbalanced"]["max"]
+    assert balance["balanced"]["max"] <= balance["random order"]["max"]
     assert any(line.startswith(f"balanced for {ranks} data-parallel ranks") for line in result.summary)
     assert any("Qwen2.5-VL-7B-sized defaults" in line for line in result.summary)  # defaults said, not silent
 
@@ -267,8 +267,8 @@ def test_stats_writes_png_and_json_with_drops(tmp_path):
     result = stats.run(config)
     numbers = json.loads((config.work_dir / "stats.json").read_text())
     assert (config.work_dir / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert numbers["png_panels"] == ["token length", "pack fill per media group", "samples per pack",
-                                     "drops by reason"]
+    assert numbers["png_panels"] == ["token length", "pack fill per media group", "pack cost", "samples per pack",
+                                     "drops by reason", "step balance"]
     assert numbers["samples"] == len(ok)
     assert numbers["packs"] == read_plan_meta(config.work_dir)["n_packs"]
     assert numbers["drops"] == {"bad_json": 2, "overlong": 2}
@@ -288,14 +288,31 @@ def test_stats_figure_panels_show_capacity_groups_sizes_and_drops(tmp_path):
                if k not in ("plan_fingerprint", "png_panels")}
     fig = stats_figure(PackStats(**numbers), plan_arrays.token_len, plan_arrays.pack_totals,
                        pack_groups=plan_arrays.group, group_names=plan_arrays.group_names,
-                       pack_sizes=plan_arrays.pack_sizes, drop_lengths=np.array([CAPACITY]))
-    length, fill, sizes, drops = fig.axes
+                       pack_sizes=plan_arrays.pack_sizes, drop_lengths=np.array([CAPACITY]),
+                       pack_costs=plan_arrays.cost)
+    length, fill, cost, sizes, drops, steps = fig.axes
     assert [ax.get_title().split(" (")[0] for ax in fig.axes] == list(PANELS)
     assert [line.get_xdata()[0] for line in length.get_lines()] == [CAPACITY // 2]  # the capacity line
     assert {t.get_text().split(":")[0] for t in fill.get_legend().get_texts()} == {"text", "image", "video"}
     assert sum(p.get_height() for p in sizes.patches) == done["n_packs"]
     assert sorted(t.get_text() for t in drops.get_yticklabels()) == ["bad_json", "overlong"]
     assert sorted(p.get_width() for p in drops.patches) == sorted(done["drops"].values())
+    assert {t.get_text().split(":")[0] for t in cost.get_legend().get_texts()} == {"text", "image", "video"}
+    assert steps.get_title() == "step balance (no schedule)"  # planned without data_parallel_size
+
+
+def test_stats_show_cost_per_pack_and_the_balance_of_every_step(tmp_path):
+    config = _config(tmp_path, parallel={"data_parallel_size": 4, "loader_workers": 1})
+    _write_manifest(config.work_dir, n=400)
+    _run_all(config)
+    (config.work_dir / "stats.json").unlink()
+    result = stats.run(config)
+    numbers = json.loads((config.work_dir / "stats.json").read_text())
+    meta = read_plan_meta(config.work_dir)
+    assert numbers["step_balance"] == meta["balance"]  # vlmpack stats recomputes what the plan reported
+    assert numbers["cost"]["p1"] <= 1.0 <= numbers["cost"]["max"]
+    assert any(line.startswith("step balance (balanced)") for line in result.summary)
+    assert any(line.startswith("cost/pack") for line in result.summary)
 
 
 def test_cli_runs_the_stages_and_every_command_has_help(tmp_path):

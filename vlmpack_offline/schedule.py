@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import ConfigError, PlanError
 
-__all__ = ["Schedule", "balance", "slot_balance"]
+__all__ = ["Schedule", "balance", "slot_balance", "step_ratios"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,3 +117,11 @@ def slot_balance(costs: np.ndarray, schedule: Schedule) -> np.ndarray:
     per_rank = costs[: d * n].reshape(d, n // m, m).sum(axis=2)  # [rank, step]
     mean = per_rank.mean(axis=0)
     return np.divide(per_rank.max(axis=0), mean, out=np.ones_like(mean), where=mean > 0)
+
+
+def step_ratios(costs: np.ndarray, schedule: Schedule, seed: int) -> dict[str, np.ndarray]:
+    """Per step, slowest rank / mean: as planned, and for the same packs dealt in a seeded random order
+    (what a loader without the schedule does), the comparison the plan's summary and stats show."""
+    scheduled = costs[: schedule.scheduled]
+    shuffled = np.random.default_rng(seed).permutation(scheduled)
+    return {"balanced": slot_balance(scheduled, schedule), "random order": slot_balance(shuffled, schedule)}

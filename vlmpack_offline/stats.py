@@ -8,10 +8,14 @@ lower bound = max(ceil(sum / C), samples longer than C / 2): no packing needs fe
               is the sum of the per-group bounds (the one bucket prints)
 gap         = packs / lower bound - 1 (0.001 = 0.1% more packs than the bound)
 
+pack cost   = the plan's training cost of each pack (``packing/cost.py``), as multiples of the median
+step balance = per optimizer step, the slowest data-parallel rank's cost / the mean (``schedule.py``),
+              as planned and for the same packs dealt in random order
+
 Written as ``work_dir/stats.json`` (the numbers, the plan fingerprint they
 describe, ``png_panels``: the titles of the figure's panels) and ``work_dir/stats.png``
 (``PANELS``: token length with the capacity line and the overlong drops, pack fill
-per media group, samples per pack, drops by reason).
+per media group, samples per pack, drops by reason, pack cost per media group, step balance).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class PackStats:
     drops: dict[str, int] = field(default_factory=dict)  # manifest status -> count, status != ok
     alignment: int = 1  # sub-samples padded to a multiple of this (1: none)
     padding_tokens: int = 0  # pad slots the alignment adds over all packs (counted in fill_ratio and lower_bound)
+    cost: dict[str, float] = field(default_factory=dict)  # median FLOPs per pack, then p1/p99/max as x median
+    step_balance: dict[str, dict[str, float]] = field(default_factory=dict)  # {"balanced"|"random order": {p50..}}
 
     def table_lines(self) -> list[str]:
         rows = [
@@ -61,6 +67,11 @@ class PackStats:
             ("gap to bound", f"{self.packs - self.lower_bound} packs ({100 * self.gap:.3f}%)"),
             ("samples/pack", f"mean {self.samples_per_pack_mean:.2f}, min {self.samples_per_pack_min}, "
                              f"max {self.samples_per_pack_max}"),
+            *([("cost/pack", f"median {self.cost['median']:.3g} FLOPs; p1 {self.cost['p1']:.3f}x, "
+                                f"p99 {self.cost['p99']:.3f}x, max {self.cost['max']:.3f}x the median")]
+              if self.cost else []),
+            *([(f"step balance ({name})", "slowest rank / mean p50 {p50:.4f}, p99 {p99:.4f}, worst {max:.4f}"
+                .format(**values)) for name, values in self.step_balance.items()]),
             ("dropped", f"{sum(self.drops.values())}"),
         ]
         rows += [(f"  {reason}", f"{count}") for reason, count in sorted(self.drops.items())]
@@ -76,9 +87,12 @@ def compute_stats(
     drops: dict[str, int],
     sample_groups: np.ndarray | None = None,
     multiple: int = 1,
+    pack_costs: np.ndarray | None = None,
+    step_ratios: dict[str, np.ndarray] | None = None,
 ) -> PackStats:
     """``sample_groups`` (one label per length) names the group each sample was packed in; ``multiple``: the
-    alignment each length is rounded up to (``pack_totals`` are the aligned totals then)."""
+    alignment each length is rounded up to (``pack_totals`` are the aligned totals then); ``pack_costs``
+    the plan's cost per pack, ``step_ratios`` its per-step balance (``schedule.step_ratios``)."""
     real = np.asarray(lengths, dtype=np.int64)
     lengths = round_up(real, multiple)
     tokens, packs = int(real.sum()), int(len(pack_totals))
@@ -96,23 +110,38 @@ def compute_stats(
         samples_per_pack_min=int(np.min(pack_sizes)) if packs else 0,
         samples_per_pack_max=int(np.max(pack_sizes)) if packs else 0,
         drops=dict(sorted(drops.items())), alignment=multiple, padding_tokens=slots - tokens,
+        cost=_cost_summary(pack_costs),
+        step_balance={name: dict(zip(("p50", "p99", "max"), (float(v) for v in np.percentile(r, [50, 99, 100])),
+                                     strict=True)) for name, r in (step_ratios or {}).items() if len(r)},
     )
+
+
+def _cost_summary(costs: np.ndarray | None) -> dict[str, float]:
+    if costs is None or not len(costs) or not np.median(costs) > 0:
+        return {}
+    median = float(np.median(costs))
+    p1, p99 = (float(v) / median for v in np.percentile(costs, [1, 99]))
+    return {"median": median, "p1": p1, "p99": p99, "max": float(np.max(costs)) / median}
 
 
 def stats_paths(work_dir: str | Path) -> tuple[Path, Path]:
     return Path(work_dir) / "stats.json", Path(work_dir) / "stats.png"
 
 
-PANELS = ("token length", "pack fill per media group", "samples per pack", "drops by reason")  # stats.png titles
+# stats.png titles, in the figure's order (2 rows of 3)
+PANELS = ("token length", "pack fill per media group", "pack cost", "samples per pack", "drops by reason",
+          "step balance")
 
 
 def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, pack_totals: np.ndarray, *,
                 pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
-                pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None) -> None:
-    """stats.png (the four ``PANELS``), then stats.json (last: it marks the pair complete)."""
+                pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None,
+                pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None) -> None:
+    """stats.png (the ``PANELS``), then stats.json (last: it marks the pair complete)."""
     json_path, png_path = stats_paths(work_dir)
     fig = stats_figure(stats, lengths, pack_totals, pack_groups=pack_groups, group_names=group_names,
-                       pack_sizes=pack_sizes, drop_lengths=drop_lengths)
+                       pack_sizes=pack_sizes, drop_lengths=drop_lengths, pack_costs=pack_costs,
+                       step_ratios=step_ratios)
     with atomic_open(png_path, "wb") as handle:
         fig.savefig(handle, format="png", metadata={"Software": None})
     panels = [ax.get_title().split(" (")[0] for ax in fig.axes if ax.get_title()]
@@ -122,16 +151,17 @@ def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, p
 
 def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray, *,
                  pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
-                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None):
-    """The stats.png figure (a matplotlib ``Figure``, no pyplot state): 2 x 2 panels titled ``PANELS``."""
+                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None,
+                 pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None):
+    """The stats.png figure (a matplotlib ``Figure``, no pyplot state): 2 x 3 panels titled ``PANELS``."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
     cap = stats.capacity
-    fig = Figure(figsize=(12, 8))
-    (ax_len, ax_fill), (ax_size, ax_drop) = fig.subplots(2, 2)
+    fig = Figure(figsize=(18, 8))
+    (ax_len, ax_fill, ax_cost), (ax_size, ax_drop, ax_step) = fig.subplots(2, 3)
     packed = np.asarray(lengths)
     dropped = np.zeros(0, np.int64) if drop_lengths is None else np.asarray(drop_lengths)
     top = max(cap, int(dropped.max()) if dropped.size else 0, int(packed.max()) if packed.size else 0)
@@ -159,7 +189,7 @@ def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray,
     sizes = np.asarray(pack_sizes) if pack_sizes is not None else np.zeros(0, np.int64)
     counts = np.bincount(sizes) if sizes.size else np.zeros(2, np.int64)
     ax_size.bar(np.arange(1, len(counts)), counts[1:], color="tab:green", width=0.9)
-    ax_size.set(title=f"{PANELS[2]} (mean {stats.samples_per_pack_mean:.2f})", xlabel="samples in the pack",
+    ax_size.set(title=f"{PANELS[3]} (mean {stats.samples_per_pack_mean:.2f})", xlabel="samples in the pack",
                 ylabel="packs")
 
     reasons = sorted(stats.drops.items(), key=lambda kv: kv[1])
@@ -167,11 +197,42 @@ def stats_figure(stats: PackStats, lengths: np.ndarray, pack_totals: np.ndarray,
     for y, (_, n) in enumerate(reasons):
         ax_drop.annotate(f" {n:,}", (n, y), va="center", fontsize="small")
     total = sum(stats.drops.values())
-    ax_drop.set(title=f"{PANELS[3]} ({total:,} of {stats.samples + total:,} input samples)", xlabel="samples")
+    ax_drop.set(title=f"{PANELS[4]} ({total:,} of {stats.samples + total:,} input samples)", xlabel="samples")
     if not reasons:
         ax_drop.text(0.5, 0.5, "no drops", ha="center", va="center", transform=ax_drop.transAxes)
+    _cost_panel(ax_cost, stats, pack_costs, groups, names)
+    _step_panel(ax_step, step_ratios or {})
     fig.tight_layout()
     return fig
+
+
+def _cost_panel(ax, stats: PackStats, costs: np.ndarray | None, groups: np.ndarray, names: tuple[str, ...]) -> None:
+    if not stats.cost or costs is None:
+        ax.set(title=f"{PANELS[2]} (not in this plan)")
+        ax.text(0.5, 0.5, "this plan has no pack costs", ha="center", va="center", transform=ax.transAxes)
+        return
+    relative = np.asarray(costs) / stats.cost["median"]
+    edges = np.linspace(float(relative.min()), float(relative.max()) + 1e-9, 101)
+    for code, name in enumerate(names):
+        mine = relative[groups == code]
+        if mine.size:
+            ax.stairs(np.histogram(mine, edges)[0], edges, linewidth=1.5, label=f"{name}: {mine.size:,} packs")
+    ax.set(title=f"{PANELS[2]} (median {stats.cost['median']:.3g} FLOPs)", xlabel="cost / median", ylabel="packs",
+           yscale="log")
+    ax.legend(fontsize="small")
+
+
+def _step_panel(ax, ratios: dict[str, np.ndarray]) -> None:
+    if not ratios:
+        ax.set(title=f"{PANELS[5]} (no schedule)")
+        ax.text(0.5, 0.5, "planned without parallel.data_parallel_size", ha="center", va="center",
+                transform=ax.transAxes)
+        return
+    for name, values in ratios.items():
+        ax.plot(np.sort(values)[::-1], label=f"{name}: worst {float(np.max(values)):.4f}")
+    ax.set(title=f"{PANELS[5]} ({len(next(iter(ratios.values()))):,} steps)", xlabel="steps, slowest first",
+           ylabel="slowest rank / mean")
+    ax.legend(fontsize="small")
 
 
 def read_stats(work_dir) -> dict | None:

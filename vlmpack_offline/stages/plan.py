@@ -31,7 +31,7 @@ from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
-from ..schedule import Schedule, balance, slot_balance
+from ..schedule import Schedule, balance, step_ratios
 from ..stage_result import StageResult
 from ..stats import compute_stats, stats_paths, write_stats
 from ._ok_samples import manifest_fingerprint
@@ -168,7 +168,8 @@ def run(config: Config) -> StageResult:
         "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
-    balance_lines = _balance_lines(plan_arrays, schedule, config, meta)
+    ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
+    balance_lines = _balance_lines(plan_arrays, schedule, ratios, meta)
     write_plan_arrays(config.work_dir, plan_arrays, meta)
     jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
 
@@ -176,27 +177,23 @@ def run(config: Config) -> StageResult:
     stats = compute_stats(
         plan_arrays.token_len, totals, plan_arrays.pack_sizes, capacity, drops,
         sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes), multiple=alignment.multiple,
+        pack_costs=plan_arrays.cost, step_ratios=ratios,
     )
     write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
-                drop_lengths=lengths[overlong])
+                drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios)
     return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
                        seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
 
 
-def _balance_lines(plan: PlanArrays, schedule: Schedule | None, config: Config, meta: dict) -> list[str]:
+def _balance_lines(plan: PlanArrays, schedule: Schedule | None, ratios: dict | None, meta: dict) -> list[str]:
     """The schedule in words, with what it buys: per step the slowest rank's cost over the mean, balanced and
     for the same packs dealt out in a seeded random order (what an unbalanced loader does). Fills ``meta``."""
     if schedule is None:
         return ["no step balancing (parallel.data_parallel_size: null)"]
-    train = plan.cost[: schedule.scheduled]
-    planned = slot_balance(train, schedule)
-    shuffled = np.random.default_rng(config.packing.seed).permutation(train)
-    unbalanced = slot_balance(shuffled, schedule)
-    p = {name: [float(v) for v in np.percentile(ratios, [50, 99, 100])]
-         for name, ratios in (("balanced", planned), ("unbalanced", unbalanced))}
+    p = {name: [float(v) for v in np.percentile(values, [50, 99, 100])] for name, values in ratios.items()}
     meta["balance"] = {name: dict(zip(("p50", "p99", "max"), values, strict=True)) for name, values in p.items()}
     rest = schedule.unscheduled
     rest_samples = int(plan.pack_offsets[schedule.scheduled + rest] - plan.pack_offsets[schedule.scheduled])
@@ -204,7 +201,7 @@ def _balance_lines(plan: PlanArrays, schedule: Schedule | None, config: Config, 
         f"balanced for {schedule.data_parallel_size} data-parallel ranks x {schedule.micro_batches_per_step} "
         f"micro-batches: {schedule.steps} steps of {schedule.packs_per_rank // schedule.steps} packs per rank",
         "  slowest rank / mean per step: p50 {:.4f}, p99 {:.4f}, worst {:.4f} (random order: {:.4f}, {:.4f}, "
-        "{:.4f})".format(*p["balanced"], *p["unbalanced"]),
+        "{:.4f})".format(*p["balanced"], *p["random order"]),
     ]
     if rest:
         lines.append(f"  {rest} train packs ({rest_samples} samples, the cheapest) fill no step and are read by no "

@@ -10,6 +10,7 @@ from ..config import Config
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
 from ..plan_file import plan_path, read_plan_arrays, read_plan_meta
+from ..schedule import Schedule, step_ratios
 from ..stage_result import StageResult
 from ..stats import PackStats, compute_stats, read_stats, stats_paths, write_stats
 from .bucket import bins_dir
@@ -44,9 +45,13 @@ def run(config: Config) -> StageResult:
         drop_lengths = np.load(bins / "lengths.npy")[np.load(bins / "overlong.npy")]
     multiple = int((meta.get("alignment") or {}).get("multiple", 1))
     totals = plan.aligned_pack_totals(multiple)
+    schedule = Schedule.from_record(meta.get("schedule"))
+    ratios = step_ratios(plan.cost, schedule, int(meta.get("seed", 0))) if schedule and plan.cost is not None else None
     stats = compute_stats(plan.token_len, totals, plan.pack_sizes, int(meta["capacity"]), drops,
-                          sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple)
+                          sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple,
+                          pack_costs=plan.cost, step_ratios=ratios)
     write_stats(config.work_dir, stats, expected, plan.token_len, totals, pack_groups=plan.group,
-                group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths)
+                group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths,
+                pack_costs=plan.cost, step_ratios=ratios)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)

@@ -14,7 +14,9 @@ megatron-energon's savable loader (``get_savable_loader``: mid-epoch state per r
     state = stream.save_state()     # at a checkpoint;  stream.restore_state(state) on resume
 
 ``rank`` / ``world_size`` are the data-parallel ones: every tensor, context and pipeline rank of one
-data-parallel group must read the same pack (DESIGN: "Rank means the data-parallel rank").
+data-parallel group must read the same pack (DESIGN: "Rank means the data-parallel rank"). A train
+split planned with ``parallel.data_parallel_size`` is read through ``task_encoder.train_dataset``: each
+rank gets the pack of its balanced slot at every step (``world_size`` must be the planned one).
 """
 
 from __future__ import annotations
@@ -37,18 +39,17 @@ class MegatronPackStream:
                  processor_path: str | Path | None = None, split: str = "train", rank: int = 0,
                  world_size: int = 1, num_workers: int = 2, data_parallel_group: Any = None) -> None:
         energon = require("megatron.energon", "MegatronPackStream")
-        from ..task_encoder import PackTaskEncoder  # imports energon
+        from ..task_encoder import PackTaskEncoder, train_dataset  # imports energon
 
         encoder = encoder or PackEncoder.from_packed_dir(packed_dir, processor_path)
         worker_config = energon.WorkerConfig(rank=rank, world_size=world_size, num_workers=num_workers,
                                              data_parallel_group=data_parallel_group)
         task_encoder = PackTaskEncoder(encoder, adapter=adapter)
-        common = dict(batch_size=1, worker_config=worker_config, task_encoder=task_encoder)
-        if split == "train":
-            dataset = energon.get_train_dataset(str(packed_dir), shuffle_buffer_size=None,
-                                                max_samples_per_sequence=None, **common)
+        if split == "train":  # a balanced split as planned: each rank the pack of its slot (schedule.py)
+            dataset = train_dataset(packed_dir, task_encoder, worker_config)
         else:
-            dataset = energon.get_val_dataset(str(packed_dir), split_part=split, **common)
+            dataset = energon.get_val_dataset(str(packed_dir), split_part=split, batch_size=1,
+                                              worker_config=worker_config, task_encoder=task_encoder)
         self.split = split
         self._loader = energon.get_savable_loader(dataset)
         self._iter: Iterator | None = None
