@@ -112,14 +112,24 @@ def render_config_reference() -> str:
         doc = inspect.getdoc(cls)
         if doc and not doc.startswith(cls.__name__ + "("):  # dataclasses give undocumented classes a signature
             parts.append(doc.replace("``", "`") + "\n")
-        comments, field_hints = field_comments(cls), typing.get_type_hints(cls)
         parts.append("| key | type | default | meaning |\n|---|---|---|---|")
-        for field in dataclasses.fields(cls):
-            parts.append(
-                f"| `{section.name}.{field.name}` | {_type_name(field_hints[field.name])} | {_default(field)} "
-                f"| {_cell(comments[field.name])} |"
-            )
+        parts += _rows(cls, section.name)
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _rows(cls: type, prefix: str) -> list[str]:
+    """One table row per field; a nested section (``packing.cost``) as its comment, then its own fields."""
+    comments, field_hints = field_comments(cls), typing.get_type_hints(cls)
+    rows = []
+    for field in dataclasses.fields(cls):
+        hint = field_hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            rows.append(f"| `{prefix}.{field.name}` | section | | {_cell(comments[field.name])} |")
+            rows += _rows(hint, f"{prefix}.{field.name}")
+            continue
+        rows.append(f"| `{prefix}.{field.name}` | {_type_name(hint)} | {_default(field)} "
+                    f"| {_cell(comments[field.name])} |")
+    return rows
 
 
 if __name__ == "__main__":
