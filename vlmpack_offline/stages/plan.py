@@ -169,40 +169,33 @@ def run(config: Config) -> StageResult:
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
-    balance_lines = _balance_lines(plan_arrays, schedule, ratios, meta)
-    write_plan_arrays(config.work_dir, plan_arrays, meta)
-    jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
-
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
         plan_arrays.token_len, totals, plan_arrays.pack_sizes, capacity, drops,
         sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes), multiple=alignment.multiple,
         pack_costs=plan_arrays.cost, step_ratios=ratios,
     )
+    meta["balance"] = stats.step_balance
+    write_plan_arrays(config.work_dir, plan_arrays, meta)
+    jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
     write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
                 drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios)
+    balance_lines = _balance_lines(plan_arrays, schedule)
     return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
                        seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
 
 
-def _balance_lines(plan: PlanArrays, schedule: Schedule | None, ratios: dict | None, meta: dict) -> list[str]:
-    """The schedule in words, with what it buys: per step the slowest rank's cost over the mean, balanced and
-    for the same packs dealt out in a seeded random order (what an unbalanced loader does). Fills ``meta``."""
+def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:
+    """The schedule in words (its balance per step is in the stats table above these lines)."""
     if schedule is None:
         return ["no step balancing (parallel.data_parallel_size: null)"]
-    p = {name: [float(v) for v in np.percentile(values, [50, 99, 100])] for name, values in ratios.items()}
-    meta["balance"] = {name: dict(zip(("p50", "p99", "max"), values, strict=True)) for name, values in p.items()}
     rest = schedule.unscheduled
     rest_samples = int(plan.pack_offsets[schedule.scheduled + rest] - plan.pack_offsets[schedule.scheduled])
-    lines = [
-        f"balanced for {schedule.data_parallel_size} data-parallel ranks x {schedule.micro_batches_per_step} "
-        f"micro-batches: {schedule.steps} steps of {schedule.packs_per_rank // schedule.steps} packs per rank",
-        "  slowest rank / mean per step: p50 {:.4f}, p99 {:.4f}, worst {:.4f} (random order: {:.4f}, {:.4f}, "
-        "{:.4f})".format(*p["balanced"], *p["random order"]),
-    ]
+    lines = [f"balanced for {schedule.data_parallel_size} data-parallel ranks x {schedule.micro_batches_per_step} "
+             f"micro-batches: {schedule.steps} steps of {schedule.micro_batches_per_step} packs per rank"]
     if rest:
         lines.append(f"  {rest} train packs ({rest_samples} samples, the cheapest) fill no step and are read by no "
                      f"balanced loader (fewer than one block of {schedule.data_parallel_size} ranks x "
