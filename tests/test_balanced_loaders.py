@@ -211,3 +211,11 @@ def test_pack_sequence_refuses_other_gradient_accumulation_than_planned(two_micr
     with pytest.raises(ConfigError, match="planned for parallel.micro_batches_per_step 2"):
         PackSequence(two_micro.root, two_micro.encoder, world_size=WORLD, micro_batches_per_step=1)
     assert len(PackSequence(two_micro.root, two_micro.encoder, world_size=WORLD, micro_batches_per_step=2)) > 0
+
+
+def test_inspect_names_the_schedule_and_the_worker_rule(balanced):
+    from vlmpack_offline.inspect_pack import summarize
+
+    n = balanced.schedule.packs_per_rank
+    assert f"train balanced for {WORLD} data-parallel ranks x 1 micro-batches" in summarize(balanced.root)
+    assert f"energon num_workers must divide {n}" in summarize(balanced.root)

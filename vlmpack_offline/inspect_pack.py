@@ -23,6 +23,7 @@ import yaml
 
 from .errors import ShardError, VlmpackError
 from .output.energon_meta import META_DIR, read_dataset_yaml, written_layout
+from .schedule import Schedule
 
 __all__ = ["summarize", "describe_pack"]
 
@@ -51,6 +52,14 @@ def summarize(packed_dir: str | Path) -> str:
             f"  planned with model_type {model.get('model_type')}, capacity {recorded.get('sample', {}).get('max_token_len')}, "
             f"processor {model.get('processor_kwargs', {}).get('pretrained_model_name_or_path')}"
         )
+        schedule = Schedule.from_record(recorded.get("schedule"))
+        if schedule is not None:
+            lines.append(
+                f"  train balanced for {schedule.data_parallel_size} data-parallel ranks x "
+                f"{schedule.micro_batches_per_step} micro-batches: {schedule.steps} steps, {schedule.packs_per_rank} "
+                f"packs per rank, {schedule.unscheduled} packs in no step; energon num_workers must divide "
+                f"{schedule.packs_per_rank} (docs/balance.md)"
+            )
     lines.append("  `vlmpack inspect DIR --pack N` shows one pack")
     return "\n".join(lines)
 
