@@ -111,7 +111,8 @@ def test_media_tokens_are_the_expanded_media_tokens(slow_dir, make_config):
         assert text_only.media_tokens == 0 and count.token_len > text_only.token_len + count.media_tokens - 1
         if fast is not None:
             fast_media = [fast.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
-            assert fast.count(conversation, fast_media) == count
+            fast_count = fast.count(conversation, fast_media)  # the slow path leaves the encoder figures at 0
+            assert (fast_count.token_len, fast_count.media_tokens) == (count.token_len, count.media_tokens)
 
 
 def test_a_video_for_a_processor_without_video_is_dropped(slow_dir, make_config):

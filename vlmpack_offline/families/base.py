@@ -18,16 +18,19 @@ tokenizes alone, which is what makes the arithmetic exact.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:  # the tokens package imports the families, not the other way round
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
-__all__ = ["SpecialTokens", "Size", "Family", "first_setting", "tokenizer_token"]
+__all__ = ["SpecialTokens", "Size", "Family", "encoder_blocks", "first_setting", "tokenizer_token", "vision_patch_size"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +60,34 @@ def first_setting(sources: tuple[dict, ...], name: str):
     return next((source[name] for source in sources if source.get(name) is not None), None)
 
 
+def encoder_blocks(blocks: int, patches: int, *, prepended: int = 0) -> dict[str, int]:
+    """``Size``'s encoder fields for ``blocks`` blocks of ``patches`` patches each, with ``prepended`` more
+    tokens in each block's attention (a class token): ``Size(tokens=..., **encoder_blocks(4, 600))``."""
+    return {"encoder_patches": blocks * patches, "encoder_attention": blocks * (patches + prepended) ** 2}
+
+
+def vision_patch_size(path: Path, default: int) -> int:
+    """The vision encoder's patch edge from the folder's ``config.json`` (``vision_config.patch_size``: a model
+    repository has it), else ``default``; for a family whose processor settings do not carry it."""
+    config_file = Path(path) / "config.json"
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError):
+        config = {}  # an unreadable config.json is the model_type check's to report (tokens/rules.py)
+    vision = config.get("vision_config") if isinstance(config, dict) else None
+    value = vision.get("patch_size") if isinstance(vision, dict) else None
+    if value is None:
+        return default
+    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(
+            f"{config_file}: vision_config.patch_size is {value!r}; vlmpack counts the encoder's patches of a square "
+            f"patch edge in pixels (e.g. 14 or [14, 14]). Fix it in {config_file}"
+        )
+    return value
+
+
 def tokenizer_token(tokenizer, attribute: str, default: str) -> str:
     """The tokenizer's own name for a media token (``image_token`` ...) where its folder gives one, else the
     processor's default: the order the family processors read them in."""
@@ -66,8 +97,19 @@ def tokenizer_token(tokenizer, attribute: str, default: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Size:
+    """What one media item costs: its tokens in the sequence, and its run through the vision encoder.
+
+    The encoder fields feed the plan's compute cost (its vision-encoder term). ``encoder_attention``
+    sums ``n**2`` over the blocks the encoder attends within, ``n`` the tokens of one block: the patches
+    of one frame or temporal patch (Qwen-VL, GLM-4V), tile (InternVL, LLaVA-OneVision), crop (Gemma3),
+    image (Pixtral), chunk of frames (Kimi-K2.5), plus a class token where the encoder prepends one
+    (InternViT). A Qwen-VL video of 4 temporal patches of 20 x 30 patches: 2400 patches, 4 * 600**2.
+    """
+
     tokens: int  # tokens standing where the compact text has the item's one pad token
     media_tokens: int  # the model's media (soft / pad) tokens among them
+    encoder_patches: int = 0  # patches the vision encoder runs for this item, before any merge or pooling
+    encoder_attention: int = 0  # sum over its independent full-attention blocks of (tokens in the block)**2
 
 
 class Family(Protocol):
@@ -102,7 +144,8 @@ class Family(Protocol):
         ...
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
-        """Tokens of ``replacement_text`` (see the module doc) without building it."""
+        """Tokens of ``replacement_text`` (see the module doc) without building it, and the item's patches and
+        attention blocks in the vision encoder (``Size``)."""
         ...
 
     # Optional: ``in_sample(rules, media) -> tuple[MediaInfo, ...]``, the sample's items (in order) as the

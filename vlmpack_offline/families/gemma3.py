@@ -18,6 +18,13 @@ defaults 256 / 4 / 1.2, while a folder's ``do_pan_and_scan: true`` alone does no
 processor call and makes the bare image processor fail on the null crop settings: too murky to
 mirror, so both are refused.)
 A video item is dropped as ``unsupported_media`` (the processor has no video input).
+
+Vision encoder (``Size.encoder_*``): each image is one crop (pan-and-scan is refused) at the image processor's
+``size`` (896 x 896), one batch item of the SigLIP tower (``modeling_gemma3.py``: ``get_image_features`` runs
+``vision_tower`` on ``pixel_values``; ``modeling_siglip.py`` prepends no class token): one attention block of
+``(896 / 14)**2`` = 4096 patches. The patch edge is the model's (``vision_config.patch_size`` of the folder's
+``config.json``, else 14, that of every published Gemma3 vision tower: SigLIP so400m/14): the processor
+settings do not carry it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .base import Size, SpecialTokens, tokenizer_token
+from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token, vision_patch_size
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["GEMMA3", "Gemma3Family"]
 
 _DEFAULT_SEQ_LENGTH = 256  # Gemma3Processor(image_seq_length=256)
+_PATCH = 14  # the vision tower's patch edge in the published google/gemma-3-* config.json (SigLIP so400m/14)
 
 
 class Gemma3Family:
@@ -51,10 +59,21 @@ class Gemma3Family:
                 f"{path}: do_pan_and_scan is on (processor settings or model.processor_kwargs); vlmpack does not "
                 "count Gemma3's pan-and-scan crops yet. Set model.processor_kwargs.do_pan_and_scan: false"
             )
-        for source in (kwargs, processor, image):
-            if source.get("image_seq_length") is not None:
-                return {"tokens_per_image": int(source["image_seq_length"])}
-        return {"tokens_per_image": _DEFAULT_SEQ_LENGTH}
+        from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+        size = first_setting((kwargs, image), "size") or dict(Gemma3ImageProcessorPil.size)
+        if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
+            raise ConfigError(
+                f"{path}: the Gemma3 image processor's size is {size!r}; vlmpack counts "
+                '{"height": H, "width": W} (e.g. {"height": 896, "width": 896}). Fix size in the folder or '
+                "model.processor_kwargs"
+            )
+        seq = first_setting((kwargs, processor, image), "image_seq_length")
+        return {
+            "tokens_per_image": int(seq) if seq is not None else _DEFAULT_SEQ_LENGTH,
+            "tile_size": (size["height"], size["width"]),  # every image is resized to it: one crop
+            "patch_size": vision_patch_size(path, _PATCH),
+        }
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
         boi = tokenizer_token(tokenizer, "boi_token", "<start_of_image>")
@@ -77,7 +96,9 @@ class Gemma3Family:
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         # the compact text keeps the pad (boi) and eoi; the soft tokens stand after the pad
-        return Size(tokens=1 + rules.tokens_per_image, media_tokens=rules.tokens_per_image)
+        height, width = rules.tile_size
+        crop = (height // rules.patch_size) * (width // rules.patch_size)
+        return Size(tokens=1 + rules.tokens_per_image, media_tokens=rules.tokens_per_image, **encoder_blocks(1, crop))
 
 
 GEMMA3 = Gemma3Family()

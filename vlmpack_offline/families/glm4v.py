@@ -48,6 +48,12 @@ All of this runs without torchvision, so GLM videos are counted by the fast path
 read by GLM's processors, and GLM-4.6V ignores ``fps`` (its rates are fixed). A video GLM-4.6V samples no
 frame from (under 1/6 s) is dropped as ``corrupt_media``: its processor fails on it.
 
+Vision encoder (``Size.encoder_*``): an item's ``t * h * w`` patches (its rows of ``pixel_values`` /
+``pixel_values_videos``; a video's ``t`` is its temporal patches, the last padded), attended in ``t`` blocks
+of ``h * w``: ``Glm4vVisionModel.forward`` (``modeling_glm4v.py``; ``glm4v_moe`` and ``glm46v`` use it) takes
+``cu_seqlens`` from ``vision_utils.get_vision_cu_seqlens`` (one block per temporal patch), and
+``get_video_features`` hands it a video as ``t`` grids of ``[1, h, w]``.
+
 Training: HF's GLM-4V forward finds video placeholders with the image token (``get_placeholder_mask``),
 so one forward takes images or videos, not both; packs group by media type by default.
 
@@ -76,7 +82,7 @@ from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
 from ..config import VideoConfig
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens, first_setting, tokenizer_token
+from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
@@ -262,12 +268,17 @@ class Glm4vFamily:
         if media.kind == "image":
             glm4v_grid(rules, media.height, media.width, part=part)  # the 200:1 aspect limit, at probe time
 
+    def _video_grid(self, rules: ModelRules, media: MediaInfo) -> tuple[int, int, int]:
+        """The (t, h, w) patch grid the video processor gives this video (frames padded to temporal patches)."""
+        s = media.sampling
+        t = -(-s.n_frames // rules.temporal_patch_size)
+        return t, s.resized_height // rules.patch_size, s.resized_width // rules.patch_size
+
     def _video_blocks(self, rules: ModelRules, media: MediaInfo) -> tuple[list[str], int]:
         """(the stamp of each temporal patch, image tokens per block), as ``replace_video_token`` makes them."""
         s = media.sampling
-        tp = rules.temporal_patch_size
-        grid_t = -(-s.n_frames // tp)
-        per_block = (s.resized_height // rules.patch_size) * (s.resized_width // rules.patch_size) // rules.merge_size**2
+        grid_t, h, w = self._video_grid(rules, media)
+        per_block = h * w // rules.merge_size**2
         seconds = [index / s.native_fps for index in s.frame_indices][::2][:grid_t]  # timestamps[::2]
         seconds += [seconds[-1] if seconds else 0] * (grid_t - len(seconds))
         return [self.stamp(value) for value in seconds], per_block
@@ -284,11 +295,13 @@ class Glm4vFamily:
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         if media.kind == "video":
+            t, h, w = self._video_grid(rules, media)
             stamps, n = self._video_blocks(rules, media)
             text = sum(count_text(s) for s in stamps)
-            return Size(tokens=text + len(stamps) * (n + 2), media_tokens=len(stamps) * n)
-        n = self._tokens(rules, media)
-        return Size(tokens=n, media_tokens=n)
+            return Size(tokens=text + len(stamps) * (n + 2), media_tokens=len(stamps) * n, **encoder_blocks(t, h * w))
+        t, h, w = glm4v_grid(rules, media.height, media.width)
+        n = t * h * w // rules.merge_size**2
+        return Size(tokens=n, media_tokens=n, **encoder_blocks(t, h * w))  # one block per temporal patch (module doc)
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""

@@ -29,6 +29,13 @@ where its pad stands. Settings, first found wins: ``image_seq_length`` from
 ``size`` / ``min_patches`` / ``max_patches`` from ``model.processor_kwargs``, the image settings, else
 the image processor's defaults (384 x 384, 1, 12).
 
+Vision encoder (``Size.encoder_*``): every tile (thumbnail included) and every video frame is one batch item of
+``InternVLVisionModel`` (``modeling_internvl.py``: ``get_image_features`` runs the vision tower on the tiles of
+``pixel_values``), so each is one attention block of its ``(tile / patch)**2`` patches (448 / 14: 1024) plus
+the class token ``InternVLVisionEmbeddings`` prepends (1025 tokens). The patch edge is the model's
+(``vision_config.patch_size`` of the folder's ``config.json``, else ``InternVLVisionConfig``'s default 14,
+that of every published InternVL-hf checkpoint): the processor settings do not carry it.
+
 Video: ``InternVLProcessor.replace_video_token`` puts one block per frame the video processor
 returns, joined by newlines, where the template renders ``<video>``::
 
@@ -51,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .base import Size, SpecialTokens, first_setting, tokenizer_token
+from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token, vision_patch_size
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -100,7 +107,11 @@ class InternVLFamily:
         low, high = first_setting((kwargs, image), "min_patches"), first_setting((kwargs, image), "max_patches")
         if "crop_to_patches" in kwargs and not kwargs["crop_to_patches"]:  # one resized tile (see the module doc)
             low, high = 1, 1
+        from transformers.models.internvl.configuration_internvl import InternVLVisionConfig
+
+        patch = InternVLVisionConfig.patch_size  # (14, 14): the class default, the published checkpoints' value
         return {
+            "patch_size": vision_patch_size(path, patch[0] if isinstance(patch, (list, tuple)) else patch),
             "temporal_patch_size": 1,  # a video frame is one tile: the sampler keeps odd frame counts
             "tokens_per_image": int(seq) if seq is not None else _DEFAULT_SEQ_LENGTH,
             "tile_size": tile,
@@ -139,13 +150,18 @@ class InternVLFamily:
         return f"{special.vision_start}{context}{special.vision_end}"
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        height, width = rules.tile_size
+        per_tile = (height // rules.patch_size) * (width // rules.patch_size)  # one block each, + the class token
         if media.kind == "video":  # "Frame1: " is in the compact text; "\nFrame{i}: " between </img> and <img>
             frames = media.sampling.n_frames
             text = sum(count_text("\n" + _FRAME.format(i)) for i in range(2, frames + 1))
             media_tokens = rules.tokens_per_image * frames
-            return Size(tokens=media_tokens + 2 * frames + text, media_tokens=media_tokens)
-        media_tokens = rules.tokens_per_image * self.tiles(rules, media)
-        return Size(tokens=media_tokens + 2, media_tokens=media_tokens)  # + <img> and </img>
+            return Size(tokens=media_tokens + 2 * frames + text, media_tokens=media_tokens,
+                        **encoder_blocks(frames, per_tile, prepended=1))  # fmt: skip
+        tiles = self.tiles(rules, media)
+        media_tokens = rules.tokens_per_image * tiles
+        return Size(tokens=media_tokens + 2, media_tokens=media_tokens,  # + <img> and </img>
+                    **encoder_blocks(tiles, per_tile, prepended=1))  # fmt: skip
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""

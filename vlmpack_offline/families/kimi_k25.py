@@ -44,6 +44,12 @@ which resizes, pads and cuts them into the same chunks (``video_grid_thw``: one 
 row per chunk, ``pixel_values_videos``: their patches). That needs torchvision (``.venv-ref``); the count
 does not.
 
+Vision encoder (``Size.encoder_*``): an image's ``h * w`` patches (its grid, padded size / patch) in one attention
+block; a video's ``frames * h * w`` patches in one block per chunk of ``temporal_patch_size`` frames (the last may
+hold fewer): ``Kimi_K25VisionModel.forward`` (``modeling_kimi_k25.py``) takes ``cu_seqlens`` from
+``vision_utils.get_vision_cu_seqlens(merge_temporal=True)``, one ``t * h * w`` block per ``video_grid_thw`` row,
+and the video processor writes one row per chunk, ``t`` its frames.
+
 Video settings: ``fps`` from ``video.fps`` of the config, then ``model.processor_kwargs``, then the folder's
 video settings, then the class default 2; ``temporal_patch_size`` / ``max_patches`` / ``size`` from
 ``model.processor_kwargs`` (``from_pretrained`` hands them to both processors), then the video settings,
@@ -67,7 +73,7 @@ from typing import TYPE_CHECKING
 from ..config import VideoConfig
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens, first_setting, tokenizer_token
+from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
@@ -255,15 +261,26 @@ class KimiK25Family:
             return "".join(f"{s}{_CHUNK_OPEN}{_CHUNK_CONTENT}{special.video_pad * n}{_CHUNK_CLOSE}" for s in stamps)
         return special.image_pad * self._tokens(rules, media)
 
+    def _video_encoder(self, rules: ModelRules, media: MediaInfo) -> dict[str, int]:
+        """``Size``'s encoder fields of a video: one block per chunk of frames (module doc)."""
+        s = media.sampling
+        frame = (s.resized_height // rules.patch_size) * (s.resized_width // rules.patch_size)
+        full, rest = divmod(s.n_frames, rules.temporal_patch_size)
+        chunks = encoder_blocks(full, rules.temporal_patch_size * frame)
+        last = encoder_blocks(1 if rest else 0, rest * frame)
+        return {name: chunks[name] + last[name] for name in chunks}
+
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         if media.kind == "video":  # the first stamp is in the compact text; the others stand alone
             stamps, n = self._chunks(rules, media)
             per_chunk = count_text(_CHUNK_OPEN) + count_text(_CHUNK_CONTENT) + n + count_text(_CHUNK_CLOSE)
             # stamps 2.. in one tokenizer call, split by the special <|media_end|> as in the expanded text
             between = count_text(_CHUNK_CLOSE.join(stamps[1:])) - (len(stamps) - 2) if len(stamps) > 1 else 0
-            return Size(tokens=len(stamps) * per_chunk + between, media_tokens=len(stamps) * n)
-        n = self._tokens(rules, media)
-        return Size(tokens=n, media_tokens=n)
+            return Size(tokens=len(stamps) * per_chunk + between, media_tokens=len(stamps) * n,
+                        **self._video_encoder(rules, media))  # fmt: skip
+        t, h, w = kimi_grid(rules, media.height, media.width)
+        n = t * h * w // rules.merge_size**2
+        return Size(tokens=n, media_tokens=n, **encoder_blocks(t, h * w))  # one block (t = 1)
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""

@@ -22,6 +22,13 @@ called on these settings), not a copy. Because the count of an image depends on 
 implements the optional ``in_sample`` hook (``base.py``): it tags each image with whether it is its
 sample's only image before ``replacement_size`` / ``replacement_text`` see it.
 
+Vision encoder (``Size.encoder_*``): ``LlavaOnevisionModel.get_image_features`` (``modeling_llava_onevision.py``)
+runs the vision tower on each image's tiles, ``image_size_to_num_patches`` of them (the grid's tiles + the base
+image; called here, not rewritten) for a sample's only image and 1 for each image of a multi-image sample;
+``get_video_features`` on each frame. Every tile or frame is one batch item of the tower: one attention block
+of ``num_image_tokens`` patches (729 = (384 / 14)**2 for SigLIP, which prepends no class token). The anyres
+shrinking past ``anyres_max_N`` happens after the encoder, so every tile is encoded.
+
 Settings, first found wins: ``num_image_tokens`` / ``vision_aspect_ratio`` / ``vision_feature_select_strategy``
 from ``model.processor_kwargs``, then ``processor_config.json``'s top level (both layouts), else the
 processor's defaults (``num_image_tokens`` has none: refused); ``image_grid_pinpoints`` / ``size`` /
@@ -57,14 +64,14 @@ import numpy as np
 
 from ..config import VideoConfig
 from ..errors import ConfigError
-from .base import Size, SpecialTokens, first_setting, tokenizer_token
+from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
-__all__ = ["LLAVA_ONEVISION", "LlavaOnevisionFamily", "SampleImage", "image_tokens", "video_tokens"]
+__all__ = ["LLAVA_ONEVISION", "LlavaOnevisionFamily", "SampleImage", "image_tiles", "image_tokens", "video_tokens"]
 
 _DEFAULT_ASPECT = "anyres_max_9"  # LlavaOnevisionProcessor(vision_aspect_ratio="anyres_max_9")
 
@@ -97,6 +104,18 @@ def image_tokens(
         owner._get_unpadded_features = functools.partial(LlavaOnevisionProcessor._get_unpadded_features, owner)
         count = LlavaOnevisionProcessor._get_number_of_features(owner, height, width, tile[0], tile[1])
     return count - 1 if default_strategy else count
+
+
+@functools.lru_cache(maxsize=65536)
+def image_tiles(height: int, width: int, *, tile: int, pinpoints: tuple[tuple[int, int], ...], alone: bool) -> int:
+    """Tiles of one image the vision tower runs (``get_image_features``): the model's own
+    ``image_size_to_num_patches`` for a sample's only image, 1 for each image of a multi-image sample."""
+    from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
+
+    if not alone:
+        return 1
+    return image_size_to_num_patches(image_size=(height, width), grid_pinpoints=[list(p) for p in pinpoints],
+                                     patch_size=tile)  # fmt: skip
 
 
 def video_tokens(n_frames: int, *, base: int) -> int:
@@ -206,7 +225,12 @@ class LlavaOnevisionFamily:
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         n = self._tokens(rules, media)
-        return Size(tokens=n, media_tokens=n)
+        if media.kind == "video":
+            tiles = media.sampling.n_frames  # each frame is one tile-sized batch item of the tower
+        else:
+            tiles = image_tiles(media.height, media.width, tile=rules.tile_size[0], pinpoints=rules.grid_pinpoints,
+                                alone=getattr(media, "alone", True))  # fmt: skip
+        return Size(tokens=n, media_tokens=n, **encoder_blocks(tiles, rules.tokens_per_image))  # a block per tile
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""

@@ -21,6 +21,11 @@ adds ``rows * (cols + 1) - 1`` tokens where its pad stands.
 ``image_token_ids`` (what its ``mm_token_type_ids`` marks as image and what the slow path counts), so
 ``media_tokens == rows * (cols + 1)``. The vision tower's own features are the ``rows * cols`` ``[IMG]``.
 
+Vision encoder (``Size.encoder_*``): the resized image's ``(H / patch_size) * (W / patch_size)`` patches
+(``rows * cols * spatial_merge_size**2``; ``image_sizes`` is that resized size), one attention block per image:
+``PixtralVisionModel.forward`` (``modeling_pixtral.py``) cuts each image's patches by its ``image_sizes`` and
+attends within each image (``generate_block_attention_mask``, or ``cu_seqlens`` under flash attention).
+
 An image so thin that one side floors to 0 pixels in the resize (5000 x 1 with longest_edge 1540) makes
 the processor raise; it is dropped as ``unsupported_aspect``.
 
@@ -52,7 +57,7 @@ from transformers.models.pixtral.image_processing_pil_pixtral import (
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens, first_setting
+from .base import Size, SpecialTokens, encoder_blocks, first_setting
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -140,7 +145,8 @@ class PixtralFamily:
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         rows, cols = pixtral_grid(rules, media.height, media.width)
         n = rows * (cols + 1)
-        return Size(tokens=n, media_tokens=n)
+        patches = rows * cols * rules.merge_size**2  # the vision tower's patches before the spatial merge
+        return Size(tokens=n, media_tokens=n, **encoder_blocks(1, patches))  # one block per image
 
     def describe(self, rules: ModelRules) -> str:
         """How ``vlmpack scan`` names the count."""

@@ -10,6 +10,14 @@ Qwen2-VL, Qwen2.5-VL and Qwen3-VL processors::
         <|video_pad|> -> "<{ts_i:.1f} seconds>" <|vision_start|> <|video_pad|> * (h*w / merge**2) <|vision_end|>
         ts_i = mean of the timestamps of the first and last frame of patch i
 
+Vision encoder (``Size.encoder_*``): the item's ``t * h * w`` patches (the rows of its ``pixel_values`` /
+``pixel_values_videos``), attended in ``t`` blocks of ``h * w``, one per temporal patch: transformers'
+``vision_utils.get_vision_cu_seqlens`` (``repeat_interleave(h * w, t)``), which the vision towers of
+``modeling_qwen2_vl.py``, ``modeling_qwen2_5_vl.py``, ``modeling_qwen3_vl.py`` and ``modeling_qwen3_5.py`` call
+for their ``cu_seqlens``. Qwen2.5-VL attends so in its ``fullatt_block_indexes`` layers only (4 of 32); its
+other layers attend within windows of at most ``(window_size / patch)**2`` = 64 patches
+(``get_vision_window_index``), which ``encoder_attention`` does not describe.
+
 Settings: patch_size, merge_size, temporal_patch_size, min/max pixels (``tokens/rules.py`` reads them
 for every family, since the shared video sampler needs the factor); this module requires them.
 
@@ -29,7 +37,7 @@ from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .base import Size, SpecialTokens
+from .base import Size, SpecialTokens, encoder_blocks
 
 if TYPE_CHECKING:
     from ..tokens.media_info import MediaInfo
@@ -115,12 +123,14 @@ class QwenFamily:
         return pad * media_token_count(rules, media)
 
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        t, h, w = grid_thw(rules, media)
+        encoder = encoder_blocks(t, h * w)  # one attention block per temporal patch (cu_seqlens, module doc)
         if media.kind == "video" and rules.qwen3:
             stamps, per_frame = self._qwen3_video_blocks(rules, media)
             text = sum(count_text(f"<{ts:.1f} seconds>") for ts in stamps)
-            return Size(tokens=text + len(stamps) * (per_frame + 2), media_tokens=len(stamps) * per_frame)
-        n = media_token_count(rules, media)
-        return Size(tokens=n, media_tokens=n)
+            return Size(tokens=text + len(stamps) * (per_frame + 2), media_tokens=len(stamps) * per_frame, **encoder)
+        n = t * h * w // rules.merge_size**2
+        return Size(tokens=n, media_tokens=n, **encoder)
 
 
 QWEN = QwenFamily()

@@ -5,7 +5,7 @@ Both entry points render the conversation with the tokenizer's chat template
 (``expansion.py``)::
 
     count        tokenize the compact text (one pad per item), batched, then add
-                 each item's expansion size arithmetically      -> Count(token_len, media_tokens)
+                 each item's expansion size arithmetically      -> Count(token_len, media_tokens, encoder_*)
     materialize  build the fully expanded text, tokenize it, and map the assistant
                  turns' spans onto it (``spans.py``: any template,
                  {% generation %} markers or not)               -> Materialized(input_ids, assistant_mask)
@@ -47,6 +47,8 @@ __all__ = [
 class Count:
     token_len: int  # len(input_ids) of the whole sample
     media_tokens: int  # image + video pad tokens inside token_len
+    encoder_patches: int = 0  # vision-encoder patches of the sample's media (families.Size); 0 on the slow path
+    encoder_attention: int = 0  # sum of (tokens per encoder attention block)**2 over the sample's media
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,12 +327,15 @@ class TokenCounter:
                 self._check_pads(conversation, _pad_kinds(ids, image_id, video_id))
                 if found_spans is not None:
                     _require_span(found_spans)
-                token_len, media_tokens = len(ids), 0
+                token_len, media_tokens, patches, attention = len(ids), 0, 0, 0
                 for item in self.expander.in_sample(media):
                     size = self.expander.replacement_size(item)
                     token_len += size.tokens - 1
                     media_tokens += size.media_tokens
-                results[index] = Count(token_len=token_len, media_tokens=media_tokens)
+                    patches += size.encoder_patches
+                    attention += size.encoder_attention
+                results[index] = Count(token_len=token_len, media_tokens=media_tokens,
+                                       encoder_patches=patches, encoder_attention=attention)  # fmt: skip
             except DropError as exc:
                 results[index] = exc
         return results  # type: ignore[return-value]
