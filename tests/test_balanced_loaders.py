@@ -219,3 +219,16 @@ def test_inspect_names_the_schedule_and_the_worker_rule(balanced):
     n = balanced.schedule.packs_per_rank
     assert f"train balanced for {WORLD} data-parallel ranks x 1 micro-batches" in summarize(balanced.root)
     assert f"energon num_workers must divide {n}" in summarize(balanced.root)
+
+
+def test_the_scan_records_each_samples_vision_encoder_work_for_the_cost_model(balanced):
+    import sqlite3
+
+    work = balanced.root.parent / "work"
+    with sqlite3.connect(work / "manifest.sqlite") as db:
+        rows = db.execute("SELECT media_type, media_tokens, encoder_patches, encoder_attention FROM samples "
+                          "WHERE status = 'ok'").fetchall()
+    assert {kind for kind, *_ in rows} >= {"text", "image", "video"}
+    for kind, media, patches, blocks in rows:
+        assert patches == 4 * media  # Qwen2.5-VL: 2 x 2 patches merge into one visual token
+        assert (blocks == 0) if kind == "text" else (0 < blocks <= patches**2)

@@ -186,8 +186,7 @@ class ShardScanner:
                     item.status, item.error = result.reason, str(result)
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
-                    item.encoder_patches = getattr(result, "encoder_patches", 0)
-                    item.encoder_attention = getattr(result, "encoder_attention", 0)
+                    item.encoder_patches, item.encoder_attention = result.encoder_patches, result.encoder_attention
 
     def _count(self, batch: list[_Pending]) -> list:
         """Counts of a batch; when the batched call fails, each sample alone, so only the bad one drops."""

@@ -182,6 +182,9 @@ def run(config: Config) -> StageResult:
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
                 drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios)
     balance_lines = _balance_lines(plan_arrays, schedule)
+    if media_tokens.any() and not patches.any():
+        balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
+                             "tokens/slow.py): pack costs leave the vision encoder out")
     return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
                        seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
