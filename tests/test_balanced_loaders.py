@@ -232,3 +232,17 @@ def test_the_scan_records_each_samples_vision_encoder_work_for_the_cost_model(ba
     for kind, media, patches, blocks in rows:
         assert patches == 4 * media  # Qwen2.5-VL: 2 x 2 patches merge into one visual token
         assert (blocks == 0) if kind == "text" else (0 < blocks <= patches**2)
+
+
+def test_trainer_packs_of_a_balanced_folder_need_its_ranks_and_gradient_accumulation(two_micro, tmp_path):
+    from transformers import TrainingArguments
+
+    from vlmpack_offline.loader.adapters.hf_trainer import TrainerPacks
+
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                             use_cpu=True, report_to=[])
+    assert args.world_size == 1
+    with pytest.raises(ConfigError, match="planned for parallel.data_parallel_size 2, but 1 data-parallel ranks"):
+        TrainerPacks.for_packed_dir(two_micro.root, args)
+    packs = TrainerPacks.for_packed_dir(two_micro.root, args, follow_plan=False)  # a one-process check run
+    assert len(packs.dataset) > 0 and packs.dataset.schedule is None

@@ -107,13 +107,15 @@ class TrainerPacks:
     def for_packed_dir(cls, packed_wds_dir: str | Path, args: Any, *, model: Any = None,
                        processor_path: str | Path | None = None, loss: Loss = "sample",
                        attn_implementation: str | None = None, seed: int | None = None,
-                       dummy_image_for_text_packs: bool = False) -> TrainerPacks:
+                       dummy_image_for_text_packs: bool = False, follow_plan: bool = True) -> TrainerPacks:
         """Build both from the settings ``packed_wds_dir`` recorded; ``args`` is the ``TrainingArguments``.
 
         ``model``: refused when its family is not the one the packs were counted for; its
         ``config._attn_implementation`` picks the batch format unless ``attn_implementation`` is given.
         ``dummy_image_for_text_packs``: the vision tower runs on every pack (``EncoderOptions``), for data
         parallelism where an unused vision tower would stall DDP (one token more in text-only packs).
+        ``follow_plan=False`` reads a folder planned for balanced steps without its schedule (``PackSequence``),
+        e.g. on fewer ranks than it was planned for.
         """
         if args.per_device_train_batch_size != 1:
             raise ConfigError(
@@ -141,7 +143,7 @@ class TrainerPacks:
         dataset = TrainerPackDataset(
             packed_wds_dir, encoder, world_size=args.world_size,
             micro_batches_per_step=args.gradient_accumulation_steps,
-            seed=args.seed if seed is None else seed,
+            seed=args.seed if seed is None else seed, follow_plan=follow_plan,
         )  # fmt: skip
         return cls(dataset, TrainerAdapter(attn_implementation=attn_implementation or "sdpa", loss=loss))
 
