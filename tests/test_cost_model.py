@@ -95,3 +95,18 @@ def test_a_model_config_without_sizes_is_refused_naming_the_key(tmp_path):
         cost_model_for(CostConfig(model_config=str(path)))
     with pytest.raises(ConfigError, match="no such file"):
         cost_model_for(CostConfig(model_config=str(tmp_path / "missing.json")))
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "glm4v",
+                                        "glm4v_moe", "internvl", "gemma3", "llava_onevision", "mistral3"])
+def test_every_supported_familys_config_layout_gives_all_four_coefficients(model_type):
+    from transformers import AutoConfig
+
+    coefficients = model_sizes(AutoConfig.for_model(model_type).to_dict(), model_type)
+    assert all(value > 0 for value in coefficients), coefficients  # text under text_config / llm_config, a vision tower
+
+
+def test_a_processor_folder_whose_sizes_cannot_be_read_falls_back_to_the_defaults_saying_why(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"hidden_size": 8}}))  # no layer count
+    model = cost_model_for(CostConfig(), str(tmp_path))
+    assert "Qwen2.5-VL-7B-sized defaults" in model.source and "num_hidden_layers" in model.source

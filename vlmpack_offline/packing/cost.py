@@ -98,12 +98,13 @@ def model_sizes(config: dict, where: str) -> tuple[float, float, float, float]:
     depth = _get(vision, where + " vision_config", "depth", "num_hidden_layers")
     ffn_v = vision.get("intermediate_size") or int(vision.get("mlp_ratio", 4) * hv)
     gated = 3 if str(vision.get("hidden_act", "")).lower() in ("silu", "swiglu") else 2
-    patch_size = vision.get("patch_size") or 14
+    edges = vision.get("patch_size") or 14
+    height, width = (edges[0], edges[-1]) if isinstance(edges, (list, tuple)) else (edges, edges)  # InternVL: [14, 14]
     patch_dim = (vision.get("in_channels") or vision.get("num_channels") or 3) * (
-        vision.get("temporal_patch_size") or 1) * patch_size**2
+        vision.get("temporal_patch_size") or 1) * height * width
     full = vision.get("fullatt_block_indexes")
     n_full = len(full) if full else depth
-    window = (vision.get("window_size") or 0) // patch_size
+    window = (vision.get("window_size") or 0) // height
     patch = 6.0 * (depth * (4 * hv * hv + gated * hv * ffn_v) + patch_dim * hv)
     patch += 12.0 * hv * window * window * (depth - n_full)  # windowed layers: linear in patches
     patch_attention = 12.0 * hv * n_full  # full (non-causal) attention: 4 B^2 d forward
@@ -134,13 +135,21 @@ def cost_model_for(cost_config, processor_dir: str | None = None) -> CostModel:
             f"sizes from {cost_config.model_config}"
     else:
         folder = Path(processor_dir) / "config.json" if processor_dir else None
-        body = json.loads(folder.read_text()) if folder is not None and folder.is_file() else {}
+        try:
+            body = json.loads(folder.read_text()) if folder is not None and folder.is_file() else {}
+        except json.JSONDecodeError:
+            body = {}
+        derived = None
         if _has_sizes(body):
-            derived, source = model_sizes(body, str(folder)), f"sizes from {folder}"
+            try:
+                derived, source = model_sizes(body, str(folder)), f"sizes from {folder}"
+            except (ConfigError, TypeError, ValueError) as exc:  # not named by the user: say why, use the defaults
+                reason = f"{folder} has sizes this model reads no coefficients from ({exc})"
         else:
+            reason = "no packing.cost.model_config and the processor folder's config.json has no model sizes"
+        if derived is None:
             derived = model_sizes(DEFAULT_SIZES["text"] | {"vision_config": DEFAULT_SIZES["vision"]}, "defaults")
-            source = (f"{DEFAULT_SIZES['name']}: no packing.cost.model_config and the processor folder's config.json "
-                      "has no model sizes")
+            source = f"{DEFAULT_SIZES['name']}: {reason}"
     given = {name: getattr(cost_config, name) for name in TERMS if getattr(cost_config, name) is not None}
     values = dict(zip(TERMS, derived, strict=True)) | given
     if given:
