@@ -108,11 +108,18 @@ def test_rerun_is_a_noop_and_config_change_reruns(tmp_path):
     again_bucket, again_plan = _run_all(config)
     assert again_bucket.skipped and again_plan.skipped
     assert plan_path(config.work_dir).stat().st_mtime_ns == before
-    reseeded = _config(tmp_path, packing={"seed": 7})
+    other = _config(tmp_path, packing={"algorithm": "first_fit_decreasing"})
     with pytest.raises(StaleArtifactError, match="rerun `vlmpack bucket`"):
-        plan.run(reseeded)  # bins were built under another packing config
-    assert not bucket.run(reseeded).skipped
-    assert not plan.run(reseeded).skipped
+        plan.run(other)  # bins were built under another packing config
+    assert not bucket.run(other).skipped
+    assert not plan.run(other).skipped
+    # what only the plan reads (order, step balancing, costs) reruns the plan on the same bins
+    for sections in ({"packing": {"algorithm": "first_fit_decreasing", "seed": 7}},
+                     {"packing": {"algorithm": "first_fit_decreasing", "cost": {"token": 1.0}},
+                      "parallel": {"data_parallel_size": 2, "loader_workers": 1}}):
+        replanned = _config(tmp_path, **sections)
+        assert bucket.run(replanned).skipped
+        assert not plan.run(replanned).skipped
 
 
 def test_new_manifest_makes_bins_stale(tmp_path):

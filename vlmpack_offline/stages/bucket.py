@@ -52,8 +52,16 @@ def bins_dir(config: Config) -> Path:
     return config.work_dir / "bins"
 
 
+# settings only the plan reads (order, step balancing, costs): changing them reruns plan, not bucket
+_PLAN_ONLY = {"packing": ("seed", "balance_world_size", "cost"),
+              "parallel": ("data_parallel_size", "micro_batches_per_step", "loader_workers")}
+
+
 def bins_fingerprint(config: Config, manifest_fp: str) -> str:
     sections = section_fingerprint_payload(config, "sample", "packing", "parallel")
+    for section, keys in _PLAN_ONLY.items():
+        for key in keys:
+            sections[section].pop(key)
     return fingerprint({"config": sections, "manifest": manifest_fp})
 
 
