@@ -205,7 +205,6 @@ def test_a_balanced_plan_writes_slots_of_near_equal_cost_rank_major(tmp_path):
     # every slot holds ranks consecutive packs of the cost order, so no rank's pack is far from another's
     assert sorted(tuple(np.sort(table[:, j])) for j in range(n)) == [tuple(ranked[i : i + ranks])
                                                                     for i in range(0, len(ranked), ranks)]
-    assert (train[ranks * n :] <= ranked[0]).all()  # the few left out of every slot are the cheapest
     assert list(table[0]) != sorted(table[0])  # the slots themselves are shuffled
     balance = meta["balance"]
     assert balance["balanced"]["max"] <= balance["random order"]["max"]

@@ -16,9 +16,10 @@ Readers never shuffle packs, only whole steps:
   ``num_workers`` divides ``n``; the plan makes ``n`` a multiple of ``parallel.loader_workers`` and of ``M``.
 
 Every slot is balanced on its own, so any grouping of slots into steps (the step shuffle, energon's
-worker order) keeps every step balanced. Train packs past ``D * n`` (fewer than ``D * lcm(M, loader_workers)``,
-the cheapest ones) are in no slot: they are written at the end of the train split and no balanced reader reads
-them; the plan's summary counts them.
+worker order) keeps every step balanced. Train packs past ``D * n`` (fewer than ``D * lcm(M, loader_workers)``:
+a seeded random sample, plus the few that realign slots at gaps between cost clusters, ``_slots``) are in
+no slot: they are written at the end of the train split and no balanced reader reads them; the plan's
+summary counts them.
 """
 
 from __future__ import annotations
@@ -88,10 +89,13 @@ class Schedule:
             )
 
 
+_TOLERANCE = 0.002  # a slot whose costliest pack is more than this over its mean may give up its cheapest pack
+
+
 def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: int, loader_workers: int,
             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Schedule]:
     """Pure: (scheduled, unscheduled, schedule) for packs of ``costs``; ``scheduled`` lists pack numbers
-    (indexes into ``costs``) rank-major, ``unscheduled`` the cheapest packs left over (module doc)."""
+    (indexes into ``costs``) rank-major, ``unscheduled`` the packs left over (module doc, ``_slots``)."""
     d, m, w = data_parallel_size, micro_batches_per_step, loader_workers
     unit = m * w // math.gcd(m, w)
     n = len(costs) // d // unit * unit
@@ -102,13 +106,69 @@ def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: 
             "lower parallel.loader_workers or micro_batches_per_step, pack more data, or set "
             "parallel.data_parallel_size: null"
         )
-    by_cost = np.argsort(costs, kind="stable")
-    rest = len(costs) - d * n
-    unscheduled, kept = by_cost[:rest], by_cost[rest:]
-    table = rng.permuted(kept.reshape(n, d), axis=1)[rng.permutation(n)]  # [slot, rank]; ranks of a slot shuffled
+    slots, unscheduled = _slots(np.asarray(costs, np.float64), d, n, rng)
+    table = rng.permuted(slots, axis=1)[rng.permutation(n)]  # [slot, rank]; ranks of a slot shuffled
     schedule = Schedule(data_parallel_size=d, micro_batches_per_step=m, packs_per_rank=n, loader_workers=w,
-                        unscheduled=rest)
+                        unscheduled=len(unscheduled))
     return np.ascontiguousarray(table.T).reshape(-1), np.sort(unscheduled), schedule
+
+
+def _slots(costs: np.ndarray, d: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` slots of ``d`` packs ([n, d] pack numbers) and the packs in none.
+
+    The packs left over are mostly a seeded random sample, so no kind of pack (the cheapest hold the
+    most short samples) is left out of training every epoch. A few (up to ``4 * (d - 1)``) are kept in
+    reserve: walking the packs sorted by cost, a slot of ``d`` consecutive packs that straddles a gap
+    between cost clusters (text packs below image packs, say) gives up its cheapest pack while that
+    lowers its spread, so the slots realign at the gap instead of mixing both sides of it. The reserve
+    the walk did not need joins the random sample and the walk runs again, so the costliest packs (the
+    end of the walk) are not the ones left out.
+    """
+    rest = len(costs) - d * n
+    reserve = min(rest, 4 * (d - 1))
+    keep = np.ones(len(costs), bool)
+    keep[rng.choice(len(costs), rest - reserve, replace=False)] = False
+    order = np.argsort(costs, kind="stable")
+    slots, skipped, tail = _walk(costs, order[keep[order]], d, n, reserve)
+    if len(tail):  # the reserve the walk did not use: random packs instead of the costliest, unless worse
+        again = keep.copy()
+        kept = np.flatnonzero(keep)
+        again[rng.choice(kept[~np.isin(kept, skipped)], len(tail), replace=False)] = False
+        second = _walk(costs, order[again[order]], d, n, reserve - len(tail))
+        if _worst(costs, second[0]) <= _worst(costs, slots) + _TOLERANCE:
+            keep, (slots, skipped, tail) = again, second
+    return slots, np.concatenate([np.flatnonzero(~keep), skipped, tail]).astype(np.int64)
+
+
+def _worst(costs: np.ndarray, slots: np.ndarray) -> float:
+    table = costs[slots]
+    mean = table.mean(axis=1)
+    return float(np.max(np.divide(table.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)))
+
+
+def _walk(costs: np.ndarray, order: np.ndarray, d: int, n: int,
+          budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The walk of ``_slots`` over ``order`` (cheapest first): the slots, the packs it skipped, those left at its end."""
+    sorted_costs = costs[order]
+    sums = np.concatenate([[0.0], np.cumsum(sorted_costs)])
+    windows = len(order) - d + 1
+    means = (sums[d : d + windows] - sums[:windows]) / d
+    spread = np.divide(sorted_costs[d - 1 : d - 1 + windows], means, out=np.ones(windows), where=means > 0).tolist()
+    starts, skipped, i = [], [], 0  # a list: scalar reads are ~10x faster than from an array
+    while len(starts) < n:
+        if not budget:  # nothing left to realign with: the rest are consecutive slots
+            starts += range(i, i + d * (n - len(starts)), d)
+            i = starts[-1] + d
+            break
+        if spread[i] > 1 + _TOLERANCE and spread[i + 1] < spread[i]:
+            skipped.append(i)
+            budget -= 1
+            i += 1
+            continue
+        starts.append(i)
+        i += d
+    slots = order[np.asarray(starts, np.int64)[:, None] + np.arange(d)]
+    return slots, order[np.asarray(skipped, np.int64)], order[i:]
 
 
 def slot_balance(costs: np.ndarray, schedule: Schedule) -> np.ndarray:

@@ -5,7 +5,7 @@ curriculum). The first ``split.val_packs`` (or ``round(val_ratio * packs)``) of
 that order form the ``val`` split, written after all ``train`` packs. Every pack gets
 a training cost (``packing/cost.py``). With ``parallel.data_parallel_size: D`` the
 train packs are laid out as the balanced schedule (``schedule.py``): slots of D packs of
-near-equal cost, one per rank, written rank-major, then the few cheapest packs that fill
+near-equal cost, one per rank, written rank-major, then the few packs that fill
 no slot; the val split keeps its shuffled order.
 
 Plan reads only ``bins/`` (numpy end to end, no ids: they are resolved from the
@@ -200,7 +200,7 @@ def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:
     lines = [f"balanced for {schedule.data_parallel_size} data-parallel ranks x {schedule.micro_batches_per_step} "
              f"micro-batches: {schedule.steps} steps of {schedule.micro_batches_per_step} packs per rank"]
     if rest:
-        lines.append(f"  {rest} train packs ({rest_samples} samples, the cheapest) fill no step and are read by no "
+        lines.append(f"  {rest} train packs ({rest_samples} samples) fill no step and are read by no "
                      f"balanced loader (fewer than one block of {schedule.data_parallel_size} ranks x "
                      f"{_block(schedule)} packs, lcm of micro_batches_per_step and loader_workers)")
     return lines
