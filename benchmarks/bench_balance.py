@@ -29,8 +29,8 @@ What is measured:
   step, each slot once ("ok"). Fill gap = (packs - lower bound) / lower bound, from ``bins/meta.json``;
   "plan s" is the plan stage's ``StageResult.seconds``. What limits the balanced plan is printed from the
   plan itself: the costliest packs and the worst slot over the median pack cost, and the train packs the
-  schedule leaves out of every step (the cheapest, fewer than 8 ranks x 8 loader_workers; no balanced
-  loader reads them, in any epoch) with the samples they hold.
+  schedule leaves out of every step (fewer than 8 ranks x 8 loader_workers, mostly a random sample; no
+  balanced loader reads them, in any epoch) with the samples they hold.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def check_balanced_reads(read: dict, steps: int, packs_per_rank: int) -> str:
 
 def tail_costs(packed: Packed) -> dict:
     """What limits the balanced plan: the costliest packs over the median, the plan's worst slot (its 8 packs'
-    costs over the median), and the packs the schedule leaves out (the cheapest: no balanced loader reads them)."""
+    costs over the median), and the packs the schedule leaves out (no balanced loader reads them)."""
     cost, median = packed.cost, float(np.median(packed.cost))
     n, d, rest = (packed.schedule[k] for k in ("packs_per_rank", "data_parallel_size", "unscheduled"))
     table = cost[: d * n].reshape(d, n)  # [rank, slot]: train pack r * n + j
