@@ -10,7 +10,7 @@ Readers never shuffle packs, only whole steps:
 
 * ``PackDataset`` / ``PackSequence`` (``rank_order``): in epoch ``e`` rank ``r`` reads the steps in
   the order ``numpy.random.default_rng((seed, e)).permutation(n // M)``, each step's ``M`` slots in turn;
-* energon (``loader/energon.py``) deals the ``D * n`` scheduled packs to ``D`` ranks in contiguous
+* energon (``loader/task_encoder.py`` ``train_dataset``) deals the ``D * n`` scheduled packs to ``D`` ranks in contiguous
   blocks of ``n`` and each rank's ``num_workers`` workers in equal sub-blocks, walked in order, so at
   every step all ranks read the same slot ``j`` (the same function of the step on every rank) when
   ``num_workers`` divides ``n``; the plan makes ``n`` a multiple of ``parallel.loader_workers`` and of ``M``.
@@ -25,7 +25,7 @@ summary counts them.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -52,13 +52,17 @@ class Schedule:
     def steps(self) -> int:
         return self.packs_per_rank // self.micro_batches_per_step
 
+    @property
+    def block(self) -> int:
+        """Slots come in multiples of this per rank: lcm(micro_batches_per_step, loader_workers)."""
+        return math.lcm(self.micro_batches_per_step, self.loader_workers)
+
     def record(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_record(cls, record: dict | None) -> Schedule | None:
-        return None if not record else cls(**{k: int(record[k]) for k in (
-            "data_parallel_size", "micro_batches_per_step", "packs_per_rank", "loader_workers", "unscheduled")})
+        return None if not record else cls(**{f.name: int(record[f.name]) for f in fields(cls)})
 
     def rank_order(self, rank: int, epoch: int, seed: int) -> np.ndarray:
         """Train-split positions rank ``rank`` reads in ``epoch``: whole steps shuffled, slots in order."""
@@ -97,7 +101,7 @@ def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: 
     """Pure: (scheduled, unscheduled, schedule) for packs of ``costs``; ``scheduled`` lists pack numbers
     (indexes into ``costs``) rank-major, ``unscheduled`` the packs left over (module doc, ``_slots``)."""
     d, m, w = data_parallel_size, micro_batches_per_step, loader_workers
-    unit = m * w // math.gcd(m, w)
+    unit = math.lcm(m, w)
     n = len(costs) // d // unit * unit
     if n == 0:
         raise PlanError(
@@ -141,9 +145,13 @@ def _slots(costs: np.ndarray, d: int, n: int, rng: np.random.Generator) -> tuple
 
 
 def _worst(costs: np.ndarray, slots: np.ndarray) -> float:
-    table = costs[slots]
-    mean = table.mean(axis=1)
-    return float(np.max(np.divide(table.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)))
+    return float(np.max(_max_over_mean(costs[slots], axis=1)))
+
+
+def _max_over_mean(table: np.ndarray, axis: int) -> np.ndarray:
+    """Along ``axis``, the largest cost over the mean (1 where the mean is 0): how long the others wait."""
+    mean = table.mean(axis=axis)
+    return np.divide(table.max(axis=axis), mean, out=np.ones_like(mean), where=mean > 0)
 
 
 def _walk(costs: np.ndarray, order: np.ndarray, d: int, n: int,
@@ -175,8 +183,7 @@ def slot_balance(costs: np.ndarray, schedule: Schedule) -> np.ndarray:
     """Per optimizer step of the schedule, the slowest rank's cost over the mean (``costs`` in written order)."""
     d, n, m = schedule.data_parallel_size, schedule.packs_per_rank, schedule.micro_batches_per_step
     per_rank = costs[: d * n].reshape(d, n // m, m).sum(axis=2)  # [rank, step]
-    mean = per_rank.mean(axis=0)
-    return np.divide(per_rank.max(axis=0), mean, out=np.ones_like(mean), where=mean > 0)
+    return _max_over_mean(per_rank, axis=0)
 
 
 def step_ratios(costs: np.ndarray, schedule: Schedule, seed: int) -> dict[str, np.ndarray]:

@@ -259,12 +259,13 @@ class PackDataset(IterableDataset):
         workers = max(1, num_workers)
         return len(self.packs) // (self.world_size * workers) * workers
 
-    def rank_order(self, epoch: int, num_workers: int = 0) -> np.ndarray:
-        """Indices (into ``self.packs``) this rank yields in ``epoch``, in batch order."""
+    def rank_order(self, epoch: int, num_workers: int = 0, rank: int | None = None) -> np.ndarray:
+        """Indices (into ``self.packs``) this rank (or ``rank``) yields in ``epoch``, in batch order."""
+        rank = self.rank if rank is None else rank
         if self.schedule is not None:
-            return self.schedule.rank_order(self.rank, epoch, self.seed)
+            return self.schedule.rank_order(rank, epoch, self.seed)
         perm = np.random.default_rng((self.seed, epoch)).permutation(len(self.packs))
-        return perm[self.rank :: self.world_size][: self.packs_per_rank(num_workers)]
+        return perm[rank :: self.world_size][: self.packs_per_rank(num_workers)]
 
     # -- iteration ------------------------------------------------------------------------------
     def iter_cooked(self) -> Iterator[tuple[int, int, CookedPack]]:
@@ -280,16 +281,14 @@ class PackDataset(IterableDataset):
                 "use fewer DataLoader workers"
             )
         dropped = len(self.packs) - len(order) * self.world_size
-        if dropped and self.schedule is not None:
-            if self.rank == 0 and worker == 0 and not self._logged_drop:
+        if dropped and self.rank == 0 and worker == 0 and not self._logged_drop:
+            if self.schedule is not None:
                 log.info("PackDataset %s: %d packs the plan left out of every step are not read (balanced schedule)",
                          self.split, dropped)
-                self._logged_drop = True
-        elif dropped and self.rank == 0 and worker == 0 and not self._logged_drop:
-            # a warning: on a small dataset the few packs left out can be all of one media type this epoch
-            log.warning("PackDataset %s epoch %d: %d of %d packs left out so every one of %d slots reads %d "
-                        "(other packs each epoch)", self.split, epoch, dropped, len(self.packs), slots,
-                        len(order) // workers)  # fmt: skip
+            else:  # a warning: on a small dataset the few packs left out can be all of one media type this epoch
+                log.warning("PackDataset %s epoch %d: %d of %d packs left out so every one of %d slots reads %d "
+                            "(other packs each epoch)", self.split, epoch, dropped, len(self.packs), slots,
+                            len(order) // workers)  # fmt: skip
             self._logged_drop = True
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         for k in range(start + worker, len(order), workers):

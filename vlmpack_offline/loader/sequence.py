@@ -52,24 +52,21 @@ class PackSequence(Dataset):
     def __init__(self, packed_wds_dir: str | Path, encoder: PackEncoder, *, world_size: int = 1,
                  micro_batches_per_step: int = 1, seed: int = 0, split: str = "train",
                  transform: Callable[[PackBatch], Any] | None = None, follow_plan: bool = True) -> None:
-        from ..packed_settings import written_schedule
         from .dataset import PackDataset
 
         for name, value in (("world_size", world_size), ("micro_batches_per_step", micro_batches_per_step)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{type(self).__name__}: {name} must be a positive integer, got {value!r}")
-        self.schedule = written_schedule(packed_wds_dir) if follow_plan and split == "train" else None
-        if self.schedule is not None:
-            self.schedule.require_world(world_size, type(self).__name__)
-            if micro_batches_per_step != self.schedule.micro_batches_per_step:
-                raise ConfigError(
-                    f"{type(self).__name__}: {micro_batches_per_step} micro-batches per step (gradient accumulation), "
-                    f"but {packed_wds_dir} was planned for parallel.micro_batches_per_step "
-                    f"{self.schedule.micro_batches_per_step}: set gradient accumulation to that, or rerun "
-                    f"`vlmpack plan` + `write` with parallel.micro_batches_per_step: {micro_batches_per_step}")
-        # reads and encodes packs by index; the order is this class's (pack_index)
-        self.packs = PackDataset(packed_wds_dir, encoder, split=split, rank=0, world_size=1, seed=seed,
-                                 follow_plan=False)
+        # reads, encodes and orders the packs (every rank's order); a balanced split's checks are its own
+        self.packs = PackDataset(packed_wds_dir, encoder, split=split, rank=0, world_size=world_size, seed=seed,
+                                 follow_plan=follow_plan)
+        self.schedule = self.packs.schedule
+        if self.schedule is not None and micro_batches_per_step != self.schedule.micro_batches_per_step:
+            raise ConfigError(
+                f"{type(self).__name__}: {micro_batches_per_step} micro-batches per step (gradient accumulation), "
+                f"but {packed_wds_dir} was planned for parallel.micro_batches_per_step "
+                f"{self.schedule.micro_batches_per_step}: set gradient accumulation to that, or rerun "
+                f"`vlmpack plan` + `write` with parallel.micro_batches_per_step: {micro_batches_per_step}")
         self.world_size = world_size
         self.micro_batches_per_step = micro_batches_per_step
         self.transform = transform
@@ -101,10 +98,8 @@ class PackSequence(Dataset):
         return int(self._order[1][i])
 
     def _epoch_order(self, epoch: int) -> np.ndarray:
-        if self.schedule is None:
-            return self.packs.rank_order(epoch)
-        ranks = [self.schedule.rank_order(r, epoch, self.packs.seed) for r in range(self.world_size)]
-        return np.stack(ranks, axis=1).reshape(-1)  # item k * W + r = rank r's k-th slot
+        ranks = [self.packs.rank_order(epoch, rank=r) for r in range(self.world_size)]
+        return np.stack(ranks, axis=1).reshape(-1)  # item k * W + r = rank r's k-th pack
 
     def __getitem__(self, i: int) -> Any:
         if not 0 <= i < self.length:

@@ -94,16 +94,13 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
               lengths: np.ndarray, media_tokens: np.ndarray, config: Config,
-              costs: np.ndarray | None = None) -> tuple[PlanArrays, Schedule | None]:
+              costs: np.ndarray) -> tuple[PlanArrays, Schedule | None]:
     """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``), and the schedule.
 
-    ``costs``: per bins pack (``packing.cost.pack_costs``); None counts every pack by its tokens."""
+    ``costs``: per bins pack (``packing.cost.pack_costs``)."""
     sizes = np.diff(offsets)
     pack_media = np.add.reduceat(media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
         else np.zeros(0, np.int64)
-    if costs is None:
-        costs = np.add.reduceat(lengths[indexes].astype(np.float64), offsets[:-1]) if indexes.size \
-            else np.zeros(0, np.float64)
     train, val, schedule = order_packs(costs, config)
     order = np.concatenate([train, val]).astype(np.int64)
     new_sizes = sizes[order]
@@ -202,13 +199,8 @@ def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:
     if rest:
         lines.append(f"  {rest} train packs ({rest_samples} samples) fill no step and are read by no "
                      f"balanced loader (fewer than one block of {schedule.data_parallel_size} ranks x "
-                     f"{_block(schedule)} packs, lcm of micro_batches_per_step and loader_workers)")
+                     f"{schedule.block} packs, lcm of micro_batches_per_step and loader_workers)")
     return lines
-
-
-def _block(schedule: Schedule) -> int:
-    m, w = schedule.micro_batches_per_step, schedule.loader_workers
-    return m * w // np.gcd(m, w)
 
 
 def _stats_done(work_dir, plan_fp: str) -> bool:
