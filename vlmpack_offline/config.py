@@ -46,6 +46,8 @@ __all__ = [
     "VideoConfig",
     "PackingConfig",
     "ParallelConfig",
+    "PlanConfig",
+    "SourceConfig",
     "SplitConfig",
     "WriteConfig",
     "LossConfig",
@@ -56,10 +58,28 @@ __all__ = [
 ]
 
 CONFIG_SCHEMA_VERSION = 1
+DEFAULT_SOURCE = "default"  # the one source of a config with data.wds_dir and no data.sources
 MAX_BUDGET = 1e7  # seconds: process.max_seconds_per_sample at most (the interval timer's range; 115 days)
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 log = logging.getLogger(__name__)
+
+
+@dataclass(**_FROZEN)
+class SourceConfig:
+    """One data set of a mixture (``data.sources``, docs/mixtures.md): its shards and how much of it a plan uses.
+
+    At most one of ``weight`` / ``repeat`` / ``count``; none means every sample once (``repeat: 1``).
+    """
+
+    name: str = ""  # unique; prefixes the source's sample ids ("<name>/<shard>/<key>") and names it in every report
+    wds_dir: str | list[str] = ""  # its shards: a directory (searched recursively), a glob, or a list of tar paths
+    template_text_key: str | None = None  # this source's `texts` key, where it differs from data.template_text_key
+    # its share of the weighted part of the mixture (weights are relative; that part is as large as its sources
+    # hold, by data.mix_by): up-sampled by repeating samples, down-sampled by leaving samples out (seeded)
+    weight: float | None = None
+    repeat: float | None = None  # uses per epoch: 2.5 = every sample twice plus a seeded half of them once more
+    count: int | None = None  # exactly this many samples (or tokens, by data.mix_by) per epoch (ms-swift's `name#N`)
 
 
 @dataclass(**_FROZEN)
@@ -69,6 +89,29 @@ class DataConfig:
     template_text_key: str | None = None  # JSON key of the published tool's `texts` layout, if used
     work_dir: str = ""  # where manifest.sqlite, bins/, pack_plan.npz and stats land
     packed_wds_dir: str = ""  # where pretrain-*.tar and .nv-meta/ are written
+    # a mixture of named sources instead of wds_dir (docs/mixtures.md); their weights / repeat / count are applied
+    # by bucket and plan, so changing them reuses the scan
+    sources: list[SourceConfig] = field(default_factory=list)
+    mix_by: Literal["samples", "tokens"] = "samples"  # what weights, counts and shares measure
+    # a source whose every sample was dropped: an error naming it, or (true) a warning and the rest packed
+    allow_empty_sources: bool = False
+
+    @property
+    def source_list(self) -> tuple[SourceConfig, ...]:
+        """The sources to scan: ``sources``, else ``wds_dir`` as one source named ``default``."""
+        if self.sources:
+            return tuple(self.sources)
+        return (SourceConfig(name=DEFAULT_SOURCE, wds_dir=self.wds_dir, template_text_key=self.template_text_key),)
+
+    def template_text_key_of(self, shard: str) -> str | None:
+        """The ``texts`` key of the source a shard (its manifest name) belongs to."""
+        if not self.sources:
+            return self.template_text_key
+        name = shard.split("/", 1)[0]
+        for source in self.sources:
+            if source.name == name:
+                return source.template_text_key or self.template_text_key
+        return self.template_text_key
 
 
 @dataclass(**_FROZEN)
@@ -192,6 +235,15 @@ class ParallelConfig:
 
 
 @dataclass(**_FROZEN)
+class PlanConfig:
+    """What the plan draws from a mixture (``data.sources``)."""
+
+    # draws of the mixture in one plan: each draws its own seeded down-samples and repeat remainders (a sample's
+    # uses add up over them); the loader reads all of them as one pass
+    epochs: int = 1
+
+
+@dataclass(**_FROZEN)
 class SplitConfig:
     val_ratio: float = 0.0  # fraction of packs that go to the `val` split
     val_packs: int | None = None  # exact number of `val` packs (wins over val_ratio)
@@ -235,6 +287,7 @@ class Config:
     video: VideoConfig = field(default_factory=VideoConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -298,6 +351,11 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value if value is not None else {}, dotted, source)
+        elif typing.get_origin(hint) is list and dataclasses.is_dataclass(typing.get_args(hint)[0]):
+            if not isinstance(value, list):
+                raise ConfigError(f"{source}: `{dotted}` must be a list of mappings, got {type(value).__name__}")
+            kwargs[key] = [_build(typing.get_args(hint)[0], item, f"{dotted}[{i}]", source)
+                           for i, item in enumerate(value)]
         elif not _type_ok(value, hint):
             raise ConfigError(f"{source}: `{dotted}` = {value!r} is not a valid {_describe(hint)}")
         else:
@@ -375,6 +433,10 @@ def load_config(path: str | Path, overrides: tuple[str, ...] = ()) -> Config:
         raw = json.loads(json.dumps(raw))
         for keys in PATH_KEYS:
             _resolve_raw_path(raw, keys, path.parent.resolve())
+        sources = raw.get("data", {}).get("sources") if isinstance(raw.get("data"), dict) else None
+        for source in sources if isinstance(sources, list) else ():
+            if isinstance(source, dict) and "wds_dir" in source:  # each source's shards, like data.wds_dir
+                source["wds_dir"] = _resolve_path_value(("data", "wds_dir"), source["wds_dir"], path.parent.resolve())
     return config_from_dict(raw, source=str(path), overrides=overrides, override_base=Path.cwd())
 
 
@@ -429,6 +491,7 @@ def _check(config: Config) -> None:
                           "packing.group_by: media_type, or sample.sample_type: vlmpack_packed")
     _check_alignment(config)
     _check_balance(config)
+    _check_sources(config)
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
@@ -468,6 +531,42 @@ def _check_balance(config: Config) -> None:
         value = getattr(cost, name)
         if value is not None and not (value >= 0 and math.isfinite(value)):
             raise ConfigError(f"{src}: packing.cost.{name} must be a finite number >= 0 or null, got {value}")
+
+
+def _check_sources(config: Config) -> None:
+    src, data = config.source, config.data
+    if config.plan.epochs < 1:
+        raise ConfigError(f"{src}: plan.epochs must be a positive integer, got {config.plan.epochs}")
+    if not data.sources:
+        return
+    if data.wds_dir:
+        raise ConfigError(f"{src}: data.wds_dir and data.sources are both set: move data.wds_dir into data.sources "
+                          "as one more source (with a name), or remove data.sources")
+    seen: set[str] = set()
+    for i, source in enumerate(data.sources):
+        where = f"data.sources[{i}]"
+        if not source.name or "/" in source.name or source.name.strip() != source.name or source.name in (".", ".."):
+            raise ConfigError(f"{src}: {where}.name {source.name!r} must be a non-empty name without '/' or spaces "
+                              "around it (it prefixes the source's sample ids)")
+        if source.name in seen:
+            raise ConfigError(f"{src}: two sources are named {source.name!r} (data.sources): names must be unique")
+        seen.add(source.name)
+        if not source.wds_dir:
+            raise ConfigError(f"{src}: {where} ({source.name}) has no wds_dir: set its shards (a folder, a glob or "
+                              "a list of .tar files)")
+        rules = [k for k in ("weight", "repeat", "count") if getattr(source, k) is not None]
+        if len(rules) > 1:
+            raise ConfigError(f"{src}: source {source.name!r} sets {' and '.join(rules)}: give one of weight "
+                              "(share of the mixture), repeat (uses per sample) or count (samples or tokens)")
+        for key in ("weight", "repeat"):
+            value = getattr(source, key)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{src}: source {source.name!r} {key} must be a finite number >= 0, got {value}")
+        if source.count is not None and source.count < 0:
+            raise ConfigError(f"{src}: source {source.name!r} count must be >= 0, got {source.count}")
+    weights = [s.weight for s in data.sources if s.weight is not None]
+    if weights and not sum(weights) > 0:
+        raise ConfigError(f"{src}: every source weight is 0 (data.sources): give at least one source a weight > 0")
 
 
 def section_fingerprint_payload(config: Config, *sections: str) -> dict:

@@ -129,6 +129,9 @@ def _rows(cls: type, prefix: str) -> list[str]:
             continue
         rows.append(f"| `{prefix}.{field.name}` | {_type_name(hint)} | {_default(field)} "
                     f"| {_cell(comments[field.name])} |")
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
+        if item is not None and dataclasses.is_dataclass(item):  # each entry's own fields (data.sources[].name)
+            rows += _rows(item, f"{prefix}.{field.name}[]")
     return rows
 
 

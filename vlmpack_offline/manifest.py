@@ -5,9 +5,11 @@
     meta    (key, value)                      schema_version, fingerprint, processor, ...
     shards  (shard, path, size, mtime_ns,     one row per finished shard; written in the
              n_samples, status, error,        same transaction as its samples; status "ok"
-             n_unread)                        or a shard-level reason (reasons.SHARD_REASONS),
-                                              n_unread = samples it holds that have no row
-    samples (id, shard, seq, key,             id = "<shard relpath>/<key>", seq = position
+             n_unread, source)                or a shard-level reason (reasons.SHARD_REASONS),
+                                              n_unread = samples it holds that have no row;
+                                              source = its data.sources name (every sample's)
+    samples (id, shard, seq, key,             id = "<shard>/<key>" (shard: "<source>/<relpath>" with
+                                              data.sources, else the relpath), seq = position
              media_type, token_len,           in the shard; status "ok" or a drop reason
              media_tokens, n_images,          (bad_json, missing_media, corrupt_media,
              n_videos, members, status,       unsupported_aspect, overlong, ...) with its
@@ -48,7 +50,7 @@ __all__ = [
     "manifest_path",
 ]
 
-MANIFEST_SCHEMA_VERSION = 3
+MANIFEST_SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,7 +62,8 @@ CREATE TABLE IF NOT EXISTS shards (
     n_samples INTEGER NOT NULL,
     status TEXT NOT NULL,
     error TEXT NOT NULL DEFAULT '',
-    n_unread INTEGER NOT NULL DEFAULT 0
+    n_unread INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT 'default'
 );
 CREATE TABLE IF NOT EXISTS samples (
     id TEXT PRIMARY KEY,
@@ -98,6 +101,7 @@ class ShardRecord:
     status: str = "ok"  # "ok" or a shard-level reason (reasons.SHARD_REASONS)
     error: str = ""  # why the shard is not ok
     n_unread: int = 0  # samples the shard holds that could not be read at all (no row; compressed shard)
+    source: str = "default"  # the data.sources entry it belongs to (every sample of the shard does)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,9 +181,9 @@ class Manifest:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
             self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 16)})", rows)
             self.conn.execute(
-                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
-                 shard.n_unread),
+                 shard.n_unread, shard.source),
             )
         kill_point("scan:shard")
 
@@ -191,7 +195,7 @@ class Manifest:
         rows = self.conn.execute("SELECT * FROM shards ORDER BY shard").fetchall()
         return [
             ShardRecord(shard=r[0], path=r[1], size=r[2], mtime_ns=r[3], n_samples=r[4], status=r[5], error=r[6],
-                        n_unread=r[7])
+                        n_unread=r[7], source=r[8])
             for r in rows
         ]
 

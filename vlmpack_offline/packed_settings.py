@@ -20,7 +20,12 @@ that decide tokens; the loader rebuilds its ``Config`` from them
       "alignment": {"context_parallel_size": 2, "tensor_model_parallel_size": 1, "sequence_parallel": false,
                     "align_to": null, "multiple": 4},  # the layout bucket + plan aligned sub-samples for
       "schedule": {"data_parallel_size": 8, "micro_batches_per_step": 1, "packs_per_rank": 400,
-                   "loader_workers": 8, "unscheduled": 5},  # the balanced train split (schedule.py), or null
+                   "loader_workers": 8, "unscheduled": 5, "step_order": "shuffle"},  # the balanced train
+                                                        # split (schedule.py), or null
+      "mixture": {"by": "samples", "epochs": 1, "window_steps": 100, "worst_window_deviation": 0.004,
+                  "sources": [{"name": "captions", "rule": "weight", "value": 0.5, "asked_share": 0.5,
+                               "train_share": 0.5001, "packed": 5000, "packed_tokens": 912345,
+                               "uses": {"0": 10, "1": 4990}, ...}, ...]},  # data.sources as planned, or null
       "processor": {"sha256": "<sha256 of the files map>",
                     "files": {"chat_template.jinja": "<sha256>", "preprocessor_config.json": "<sha256>", ...}}
     }
@@ -64,6 +69,7 @@ __all__ = [
     "check_against_packed_dir",
     "written_alignment",
     "written_schedule",
+    "written_mixture",
 ]
 
 SETTINGS_NAME = "vlmpack.json"  # in packed_wds_dir/.nv-meta/
@@ -123,9 +129,11 @@ def _processor_block(config: Config) -> dict | None:
     return {"sha256": hashlib.sha256(canonical_json(files).encode()).hexdigest(), "files": files}
 
 
-def packed_settings(config: Config, plan_fingerprint: str, schedule: dict | None = None) -> dict:
+def packed_settings(config: Config, plan_fingerprint: str, schedule: dict | None = None,
+                    mixture: dict | None = None) -> dict:
     """The ``vlmpack.json`` document for ``config`` (see the module doc); ``schedule`` the plan's
-    (``schedule.Schedule.record``), None when the plan balances nothing."""
+    (``schedule.Schedule.record``), None when the plan balances nothing; ``mixture`` the plan's per-source
+    record (``stages/plan.py`` ``mixture_record``), None without ``data.sources``."""
     sections = _sections(config)
     processor = _processor_block(config)
     portable = json.loads(json.dumps(sections))
@@ -140,6 +148,7 @@ def packed_settings(config: Config, plan_fingerprint: str, schedule: dict | None
         "processor": processor,
         "alignment": config.alignment.record(),
         "schedule": schedule,
+        "mixture": mixture,
     }
     return body
 
@@ -169,6 +178,12 @@ def written_schedule(packed_dir: str | Path) -> Schedule | None:
     """The balanced schedule of the train split (``schedule.py``); None when it was planned without one."""
     path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
     return Schedule.from_record(read_packed_settings(packed_dir).get("schedule")) if path.is_file() else None
+
+
+def written_mixture(packed_dir: str | Path) -> dict | None:
+    """The mixture the plan drew (sources, rules, realised counts and shares); None without one."""
+    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
+    return read_packed_settings(packed_dir).get("mixture") if path.is_file() else None
 
 
 def written_alignment(packed_dir: str | Path) -> Alignment:

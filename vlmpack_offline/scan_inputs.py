@@ -23,11 +23,19 @@ def _processor_hashes(directory: str) -> dict[str, str]:
     return out
 
 
+_SCANNED = ("name", "wds_dir", "template_text_key")  # of a data.sources entry; its weight / repeat / count are not
+
+
 def scan_inputs_fingerprint(config: Config) -> str:
-    """Config data/sample/model/video/loss sections + every file of the processor directory."""
+    """Config data/model/video/loss sections + every file of the processor directory; not the mixture's rules."""
     payload = section_fingerprint_payload(config, "data", "model", "video", "loss")
-    for name in ("work_dir", "packed_wds_dir"):  # where things go does not change the counts
-        payload["data"].pop(name, None)
+    data = payload["data"]
+    # where things go does not change the counts, nor does how much of each source a plan uses
+    for name in ("work_dir", "packed_wds_dir", "mix_by", "allow_empty_sources"):
+        data.pop(name, None)
+    data["sources"] = [{k: source[k] for k in _SCANNED} for source in data["sources"]]
+    if not data["sources"]:
+        del data["sources"]
     payload["processor_files"] = _processor_hashes(config.model.processor_path)
     payload["decode_check"] = config.scan.decode_check  # changes which samples are ok
     payload["sha256"] = config.write.check_sources == "sha256"  # the rows then carry each sample's hash

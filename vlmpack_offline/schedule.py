@@ -9,7 +9,9 @@ written rank-major: train pack ``r * n + j`` is the pack rank ``r`` reads in slo
 Readers never shuffle packs, only whole steps:
 
 * ``PackDataset`` / ``PackSequence`` (``rank_order``): in epoch ``e`` rank ``r`` reads the steps in
-  the order ``numpy.random.default_rng((seed, e)).permutation(n // M)``, each step's ``M`` slots in turn;
+  the order ``numpy.random.default_rng((seed, e)).permutation(n // M)``, each step's ``M`` slots in turn
+  (a mixture's plan, ``step_order: rotate``: the written order rotated by a seeded offset instead, which
+  keeps every window's mix of sources, ``packing/interleave.py``);
 * energon (``loader/task_encoder.py`` ``train_dataset``) deals the ``D * n`` scheduled packs to ``D`` ranks in contiguous
   blocks of ``n`` and each rank's ``num_workers`` workers in equal sub-blocks, walked in order, so at
   every step all ranks read the same slot ``j`` (the same function of the step on every rank) when
@@ -25,6 +27,7 @@ summary counts them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -43,6 +46,9 @@ class Schedule:
     packs_per_rank: int  # n: slots, a multiple of M and of loader_workers
     loader_workers: int  # energon workers per rank that divide n: any divisor of this
     unscheduled: int  # train packs after the D * n scheduled ones, in no slot
+    # how readers vary the step order per epoch: shuffle whole steps, or (a mixture, whose written order spreads
+    # every source evenly: packing/interleave.py) rotate them, which keeps every window's mix
+    step_order: str = "shuffle"
 
     @property
     def scheduled(self) -> int:
@@ -62,12 +68,19 @@ class Schedule:
 
     @classmethod
     def from_record(cls, record: dict | None) -> Schedule | None:
-        return None if not record else cls(**{f.name: int(record[f.name]) for f in fields(cls)})
+        if not record:
+            return None
+        values = {f.name: int(record[f.name]) for f in fields(cls) if f.name != "step_order"}
+        return cls(**values, step_order=str(record.get("step_order", "shuffle")))
 
     def rank_order(self, rank: int, epoch: int, seed: int) -> np.ndarray:
         """Train-split positions rank ``rank`` reads in ``epoch``: whole steps shuffled, slots in order."""
         m = self.micro_batches_per_step
-        steps = np.random.default_rng((seed, epoch)).permutation(self.steps)
+        rng = np.random.default_rng((seed, epoch))
+        if self.step_order == "rotate":
+            steps = np.roll(np.arange(self.steps), -int(rng.integers(self.steps)))
+        else:
+            steps = rng.permutation(self.steps)
         slots = (steps[:, None] * m + np.arange(m)).reshape(-1)
         return rank * self.packs_per_rank + slots
 
@@ -97,9 +110,12 @@ _TOLERANCE = 0.002  # a slot whose costliest pack is more than this over its mea
 
 
 def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: int, loader_workers: int,
-            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Schedule]:
+            rng: np.random.Generator,
+            slot_order: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, Schedule]:
     """Pure: (scheduled, unscheduled, schedule) for packs of ``costs``; ``scheduled`` lists pack numbers
-    (indexes into ``costs``) rank-major, ``unscheduled`` the packs left over (module doc, ``_slots``)."""
+    (indexes into ``costs``) rank-major, ``unscheduled`` the packs left over (module doc, ``_slots``).
+
+    ``slot_order``: given the slots ([n, d] pack numbers), their order (a mixture's interleave); else shuffled."""
     d, m, w = data_parallel_size, micro_batches_per_step, loader_workers
     unit = math.lcm(m, w)
     n = len(costs) // d // unit * unit
@@ -111,9 +127,10 @@ def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: 
             "parallel.data_parallel_size: null"
         )
     slots, unscheduled = _slots(np.asarray(costs, np.float64), d, n, rng)
-    table = rng.permuted(slots, axis=1)[rng.permutation(n)]  # [slot, rank]; ranks of a slot shuffled
+    order = rng.permutation(n) if slot_order is None else slot_order(slots)
+    table = rng.permuted(slots, axis=1)[order]  # [slot, rank]; ranks of a slot shuffled
     schedule = Schedule(data_parallel_size=d, micro_batches_per_step=m, packs_per_rank=n, loader_workers=w,
-                        unscheduled=len(unscheduled))
+                        unscheduled=len(unscheduled), step_order="shuffle" if slot_order is None else "rotate")
     return np.ascontiguousarray(table.T).reshape(-1), np.sort(unscheduled), schedule
 
 

@@ -67,7 +67,7 @@ from ..output.energon_meta import (
     read_idx,
     written_layout,
 )
-from ..packed_settings import written_schedule
+from ..packed_settings import written_mixture, written_schedule
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
 from .encoder import PackEncoder
@@ -205,6 +205,14 @@ def _worker() -> tuple[int, int]:
     return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
+def _check_mixture(packed_wds_dir: str | Path, mixture: dict, packs: PackIndex) -> None:
+    """The train split holds the packs the mixture's plan wrote (per-source counts: ``vlmpack verify``)."""
+    planned = mixture.get("train_packs")
+    if planned is not None and planned != len(packs):
+        raise ShardError(f"{packed_wds_dir}: the train split holds {len(packs)} packs but the mixture's plan wrote "
+                         f"{planned} (.nv-meta/vlmpack.json): the folder is incomplete or mixed; rerun `vlmpack write`")
+
+
 class PackDataset(IterableDataset):
     """The packs of one split as ``PackBatch`` es, the same number for every rank and worker (see module doc).
 
@@ -233,6 +241,10 @@ class PackDataset(IterableDataset):
             raise ConfigError(f"PackDataset: rank {self.rank} is not in [0, world_size={self.world_size})")
         self.seed = seed
         self.schedule = written_schedule(packed_wds_dir) if follow_plan and split == "train" else None
+        # a mixture's train split is written interleaved by source: each epoch rotates it instead of shuffling
+        self.mixture = written_mixture(packed_wds_dir) if follow_plan and split == "train" else None
+        if self.mixture is not None:
+            _check_mixture(packed_wds_dir, self.mixture, self.packs)
         if self.schedule is not None:
             self.schedule.require_world(self.world_size, "PackDataset")
             planned = self.schedule.scheduled + self.schedule.unscheduled
@@ -264,7 +276,9 @@ class PackDataset(IterableDataset):
         rank = self.rank if rank is None else rank
         if self.schedule is not None:
             return self.schedule.rank_order(rank, epoch, self.seed)
-        perm = np.random.default_rng((self.seed, epoch)).permutation(len(self.packs))
+        rng = np.random.default_rng((self.seed, epoch))
+        n = len(self.packs)
+        perm = np.roll(np.arange(n), -int(rng.integers(n))) if self.mixture is not None else rng.permutation(n)
         return perm[rank :: self.world_size][: self.packs_per_rank(num_workers)]
 
     # -- iteration ------------------------------------------------------------------------------

@@ -58,7 +58,8 @@ def _overlap(a: Path, b: Path) -> str | None:
 def check_folder_layout(config: Config) -> None:
     """Raise ``ConfigError`` when the configured folders overlap (see module doc)."""
     data = config.data
-    entries = data.wds_dir if isinstance(data.wds_dir, list) else [data.wds_dir]
+    entries = [e for source in data.source_list
+               for e in (source.wds_dir if isinstance(source.wds_dir, list) else [source.wds_dir])]
     inputs = [(entry, root.resolve()) for entry in entries if entry and (root := _root_of(entry)) is not None]
     packed = Path(data.packed_wds_dir).resolve() if data.packed_wds_dir else None
     work = Path(data.work_dir).resolve() if data.work_dir else None

@@ -170,7 +170,7 @@ def _tokens(
 def _sub_sample(
     record: SampleRecord,
     files: SourceFiles,
-    template_text_key: str | None,
+    text_key_of: Callable[[str], str | None],
     first_index: int,
     layout: Layout,
     sub_index: int,
@@ -180,7 +180,8 @@ def _sub_sample(
     raw = files.read(record.shard, offset, size)
     try:
         conversation = parse_conversation(
-            raw, key=record.key, parts=[m[0] for m in record.members], template_text_key=template_text_key
+            raw, key=record.key, parts=[m[0] for m in record.members],
+            template_text_key=text_key_of(record.shard),
         )
     except DropError as exc:
         raise ShardError(
@@ -226,7 +227,7 @@ def build_pack(
     sample_ids: tuple[str, ...],
     records: dict[str, SampleRecord],
     files: SourceFiles,
-    template_text_key: str | None,
+    text_key_of: Callable[[str], str | None],
     materialize: Materializer | None = None,
     sample_type: str = "vlmpack_packed",
 ) -> BuiltPack:
@@ -246,7 +247,7 @@ def build_pack(
             state = "missing from" if record is None else f"{record.status!r} in"
             raise ShardError(f"pack {pack_id}: sample {sample_id!r} is {state} the manifest: rerun `vlmpack plan`")
         sub, sub_media, tokens = _sub_sample(
-            record, files, template_text_key, len(media), layout, len(subs), materialize
+            record, files, text_key_of, len(media), layout, len(subs), materialize
         )
         subs.append(sub)
         media.extend(sub_media)

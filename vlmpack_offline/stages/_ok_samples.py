@@ -18,7 +18,7 @@ from tqdm import tqdm
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
 
-__all__ = ["OkSamples", "load_ok_samples", "manifest_fingerprint", "MEDIA_TYPES"]
+__all__ = ["OkSamples", "load_ok_samples", "manifest_fingerprint", "source_counts", "MEDIA_TYPES"]
 
 MEDIA_TYPES = ("text", "image", "video")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
@@ -37,6 +37,8 @@ class OkSamples:
     id_offsets: np.ndarray | None = None  # int64 [n + 1]: id i = chunk[i // rows][off[i] - base : off[i+1] - base]
     chunk_rows: int = _CHUNK
     drops: dict[str, int] = field(default_factory=dict)  # manifest status -> count, for every status but ok
+    source_code: np.ndarray | None = None  # int16 per ok sample: index into ``source_names``
+    source_names: tuple[str, ...] = ()  # the manifest's sources, sorted
 
     @property
     def n(self) -> int:
@@ -102,6 +104,7 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         names = MEDIA_TYPES
         if (codes < 0).any():  # a media type other than text/image/video: name it in a second pass (rare)
             names, codes = _name_other_media(conn, codes)
+        source_names, source_code = _sources(conn, len(token_len))
     offsets = None
     if with_ids:
         offsets = np.zeros(len(token_len) + 1, dtype=np.int64)
@@ -114,7 +117,46 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         token_len=token_len, media_tokens=media_tokens, media_code=codes.astype(np.int8), media_names=names,
         encoder_patches=patches, encoder_attention=blocks,
         id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
+        source_code=source_code, source_names=source_names,
     )
+
+
+def _sources(conn, n: int) -> tuple[tuple[str, ...], np.ndarray]:
+    """The source of every ok sample (from its shard's row: one count per shard, no per-row Python object)."""
+    names = tuple(source for (source,) in conn.execute("SELECT DISTINCT source FROM shards ORDER BY source"))
+    if len(names) <= 1:  # one source: no second pass over the samples
+        return names, np.zeros(n, np.int16)
+    rows = conn.execute(
+        "SELECT s.shard, sh.source, COUNT(*) FROM samples s JOIN shards sh ON sh.shard = s.shard "
+        "WHERE s.status = 'ok' GROUP BY s.shard ORDER BY s.shard"
+    ).fetchall()
+    code_of = {name: i for i, name in enumerate(names)}
+    codes = np.repeat(np.array([code_of[r[1]] for r in rows], np.int16), [r[2] for r in rows])
+    if codes.size != n:
+        raise StaleArtifactError(f"the manifest's shards table misses the shards of {n - codes.size} ok samples: "
+                                 "rescan (`vlmpack scan`)")
+    return names, codes.astype(np.int16)
+
+
+def source_counts(work_dir) -> dict[str, dict[str, int]]:
+    """Per source: ``scanned`` samples (ok + dropped + unreadable) and each drop reason's count."""
+    out: dict[str, dict[str, int]] = {}
+    with Manifest(manifest_path(work_dir)) as manifest:
+        for source, status, n in manifest.conn.execute(
+            "SELECT sh.source, s.status, COUNT(*) FROM samples s JOIN shards sh ON sh.shard = s.shard "
+            "GROUP BY sh.source, s.status ORDER BY sh.source, s.status"
+        ):
+            row = out.setdefault(source, {"scanned": 0})
+            row["scanned"] += n
+            if status != "ok":
+                row[status] = row.get(status, 0) + n
+        for source, status, unread in manifest.conn.execute(
+            "SELECT source, status, SUM(n_unread) FROM shards WHERE n_unread > 0 GROUP BY source, status"
+        ):
+            row = out.setdefault(source, {"scanned": 0})
+            row["scanned"] += unread
+            row[status] = row.get(status, 0) + unread
+    return out
 
 
 def _name_other_media(conn, codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:

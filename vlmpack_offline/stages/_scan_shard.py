@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Config
+from ..config import DEFAULT_SOURCE, Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..deadline import TooSlow, limit
 from ..manifest import SampleRecord, ShardRecord
@@ -70,6 +70,7 @@ class ShardTask:
     shard: str  # relpath, e.g. "sub/shard-000001.tar"
     path: str  # absolute path (not resolved: a symlink stays a symlink)
     outside: str = ""  # where a symlink leads when that is outside data.wds_dir: never read
+    source: str = DEFAULT_SOURCE  # the data.sources entry it belongs to
 
     def stat(self) -> tuple[int, int]:
         """(size, mtime_ns) that identify this shard's content (the link itself for one leading outside)."""
@@ -110,12 +111,13 @@ class ShardScanner:
         self.config = config
         self.budget = config.process.max_seconds_per_sample  # seconds per sample (deadline.py)
         self.counter = make_counter(config)
+        self._text_key = config.data.template_text_key
 
     def scan(self, task: ShardTask) -> ShardOutcome:
         start = time.perf_counter()
         size, mtime_ns = task.stat()
         path = task.path if is_url(task.path) else str(Path(task.path).absolute())
-        row = ShardRecord(shard=task.shard, path=path, size=size, mtime_ns=mtime_ns, n_samples=0)
+        row = ShardRecord(shard=task.shard, path=path, size=size, mtime_ns=mtime_ns, n_samples=0, source=task.source)
         if task.outside:
             text = f"{task.shard} is a symlink to {task.outside}, outside data.wds_dir: it was not read"
             row = dataclasses.replace(row, status=Reason.SYMLINK_OUTSIDE_INPUT, error=text)
@@ -147,6 +149,7 @@ class ShardScanner:
     def _walk(self, task: ShardTask, pending: list[_Pending]) -> None:
         """Read every sample of the shard into ``pending`` (parsed and probed, not yet counted)."""
         seen: set[str] = set()
+        self._text_key = self.config.data.template_text_key_of(task.shard)  # this shard's source's `texts` key
         with open_source(task.path) as handle:
             for seq, raw in enumerate(iter_samples(task.path)):
                 item = _Pending(raw=raw, seq=seq)
@@ -225,7 +228,7 @@ class ShardScanner:
                 read_range(handle, json_member.offset, json_member.size),
                 key=raw.key,
                 parts=media_parts,
-                template_text_key=self.config.data.template_text_key,
+                template_text_key=self._text_key,
             )
         except DropError as exc:
             item.status, item.error = exc.reason, str(exc)

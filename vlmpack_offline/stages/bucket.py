@@ -37,9 +37,11 @@ import numpy as np
 
 from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerprint
 from ..config import Config, section_fingerprint_payload
+from ..errors import ConfigError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
+from ..packing.mixture import rounds, rules_of, use_counts
 from ..reasons import Reason
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
@@ -62,7 +64,11 @@ def bins_fingerprint(config: Config, manifest_fp: str) -> str:
     for section, keys in _PLAN_ONLY.items():
         for key in keys:
             sections[section].pop(key)
-    return fingerprint({"config": sections, "manifest": manifest_fp})
+    payload = {"config": sections, "manifest": manifest_fp}
+    if config.data.sources:  # the mixture's rules and the seed of its draws (not the sources' shards: the scan's)
+        payload["mixture"] = {"rules": [dataclasses.asdict(r) for r in rules_of(config)], "by": config.data.mix_by,
+                              "epochs": config.plan.epochs, "seed": config.packing.seed}
+    return fingerprint(payload)
 
 
 def read_bins_meta(config: Config) -> dict | None:
@@ -88,10 +94,13 @@ def read_overlong_ids(config: Config) -> list[str]:
         return [json.loads(line)["id"] for line in handle if line.strip()]
 
 
-def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def build_bins(samples: OkSamples, config: Config,
+               uses: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Pure: group the samples within capacity and pack each group. Returns {group: (indexes, offsets)}.
 
-    Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops)."""
+    Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops).
+    ``uses``: how many copies of each sample to pack (``packing/mixture.py``; default: every sample
+    that fits, once); copies go to separate rounds, packed one after the other (``mixture.rounds``)."""
     packing = config.packing
     limits = PackLimits(
         capacity=config.sample.max_token_len,
@@ -111,16 +120,57 @@ def build_bins(samples: OkSamples, config: Config) -> dict[str, tuple[np.ndarray
         for code, name in enumerate(samples.media_names):
             groups[name] = order[start : start + counts[code]]
             start += counts[code]
+    uses = fits.astype(np.uint32) if uses is None else uses
     out = {}
     for name, members in groups.items():
-        if members.size == 0:
-            continue
-        bins = pack_samples(
-            lengths[members], limits, algorithm=packing.algorithm,
-            media_tokens=samples.media_tokens[members],
-        )
-        out[name] = (members[bins.indexes], bins.offsets)
+        parts, offsets = [], [np.zeros(1, np.int64)]
+        for chosen in rounds(uses[members], lengths[members], limits.capacity):
+            round_members = members[chosen]
+            bins = pack_samples(
+                lengths[round_members], limits, algorithm=packing.algorithm,
+                media_tokens=samples.media_tokens[round_members],
+            )
+            offsets.append(bins.offsets[1:] + sum(p.size for p in parts))
+            parts.append(round_members[bins.indexes])
+        if parts:
+            out[name] = (np.concatenate(parts).astype(np.int32), np.concatenate(offsets).astype(np.int64))
     return out
+
+
+def mixture_uses(samples: OkSamples, config: Config) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(source code per ok sample, in ``data.source_list`` order), uses per ok sample by the sources' rules (``packing/mixture.py``) and the per-source accounting.
+
+    Raises ``ConfigError`` for a source whose rule asks for samples when none is packable, unless
+    ``data.allow_empty_sources``; then its name is in the accounting's ``empty``."""
+    rules = rules_of(config)
+    code_of = {rule.name: i for i, rule in enumerate(rules)}
+    unknown = [name for name in samples.source_names if name not in code_of]
+    if unknown:
+        raise StaleArtifactError(f"the manifest holds source {unknown[0]!r}, which data.sources does not name: "
+                                 "rescan (`vlmpack scan`) or restore the source")
+    remap = np.array([code_of[name] for name in samples.source_names] or [0], np.int16)
+    source = remap[samples.source_code] if samples.n else np.zeros(0, np.int16)
+    fits = config.alignment.aligned(samples.token_len) <= config.sample.max_token_len
+    uses, targets = use_counts(source, samples.token_len, fits, rules, by_tokens=config.data.mix_by == "tokens",
+                               epochs=config.plan.epochs, seed=config.packing.seed)
+    if targets.empty and not config.data.allow_empty_sources:
+        raise ConfigError(f"source {targets.empty[0]!r} has no sample left to pack (each was dropped: see "
+                          f"{config.work_dir / 'manifest.jsonl'} and bins/overlong.jsonl), so its share cannot be met; "
+                          "fix its data, or set data.allow_empty_sources: true to pack the other sources")
+    record = {"by": config.data.mix_by, "epochs": config.plan.epochs, "empty": list(targets.empty), "sources": []}
+    for code, rule in enumerate(rules):
+        mine = source == code
+        counts = np.bincount(uses[mine & fits], minlength=1)
+        record["sources"].append({
+            "name": rule.name, "rule": rule.kind, "value": rule.value,
+            "available": float(targets.available[code]), "target": float(targets.target[code]),
+            "reached": float(targets.used[code]),
+            "ok": int(np.count_nonzero(mine)), "overlong": int(np.count_nonzero(mine & ~fits)),
+            "uses": {str(k): int(n) for k, n in enumerate(counts) if n},  # uses -> samples used that often
+            "packed": int(uses[mine].sum()),
+            "packed_tokens": int((uses[mine].astype(np.int64) * samples.token_len[mine]).sum()),
+        })
+    return source, uses, record
 
 
 def run(config: Config) -> StageResult:
@@ -137,9 +187,12 @@ def run(config: Config) -> StageResult:
         stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
     capacity, alignment = config.sample.max_token_len, config.alignment
-    groups = build_bins(samples, config)
+    source, uses, mixture = mixture_uses(samples, config)
+    groups = build_bins(samples, config, uses)
     aligned = alignment.aligned(samples.token_len)
     overlong = np.flatnonzero(aligned > capacity).astype(np.int32)
+    _save(out_dir / "source.npy", source)
+    _save(out_dir / "uses.npy", uses.astype(np.uint16))
     _save(out_dir / "lengths.npy", samples.token_len)
     _save(out_dir / "media_tokens.npy", samples.media_tokens)
     _save(out_dir / "encoder_patches.npy", samples.encoder_patches)
@@ -154,18 +207,21 @@ def run(config: Config) -> StageResult:
         group_meta.append({"name": name, "n_samples": int(indexes.size), "n_packs": len(offsets) - 1,
                            "lower_bound": group_lb})
     n_packs = sum(g["n_packs"] for g in group_meta)
-    n_packed = samples.n - len(overlong)
+    n_packed = int(uses.sum())  # sub-samples: a sample used twice counts twice
     meta = {
         "stage": "bucket", "fingerprint": expected, "capacity": capacity, "alignment": alignment.record(),
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
         "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
-        "groups": group_meta, "manifest_drops": samples.drops,
+        "n_left_out": int(np.count_nonzero((uses == 0) & (aligned <= capacity))),
+        "groups": group_meta, "manifest_drops": samples.drops, "mixture": mixture,
     }
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     lb = sum(g["lower_bound"] for g in group_meta)
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
+    if config.data.sources:
+        summary += mixture_lines(mixture)
     if alignment.multiple > 1:
         summary.append(f"aligned for {alignment.describe()}")
     summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
@@ -174,6 +230,23 @@ def run(config: Config) -> StageResult:
                          counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
                          seconds=time.perf_counter() - started)
     return _checked(config, result, meta)
+
+
+def mixture_lines(mixture: dict) -> list[str]:
+    """The mixture per source: its rule, what it holds, what the plan uses of it and its share (asked / reached)."""
+    unit = "tokens" if mixture["by"] == "tokens" else "samples"
+    total_target = sum(s["target"] for s in mixture["sources"]) or 1.0
+    total_reached = sum(s["reached"] for s in mixture["sources"]) or 1.0
+    lines = [f"mixture by {unit}, {mixture['epochs']} epoch(s): source, rule, ok samples, packed copies "
+             f"(samples by uses), share reached / asked"]
+    for s in mixture["sources"]:
+        by_uses = ", ".join(f"{n} x{k}" for k, n in s["uses"].items())
+        lines.append(f"  {s['name']} ({s['rule']} {s['value']:g}): {s['ok']} ok, {s['overlong']} overlong -> "
+                     f"{s['packed']} packed ({by_uses or 'none'}); share {s['reached'] / total_reached:.2%} / "
+                     f"{s['target'] / total_target:.2%}")
+    lines += [f"  warning: source {name!r} has no sample left to pack; the others are packed "
+              "(data.allow_empty_sources)" for name in mixture["empty"]]
+    return lines
 
 
 def _checked(config: Config, result: StageResult, meta: dict) -> StageResult:

@@ -29,6 +29,7 @@ from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
+from ..packing.interleave import Mix, interleave, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
 from ..schedule import Schedule, balance, step_ratios
@@ -52,8 +53,12 @@ def cost_model(config: Config) -> CostModel:
     return cost_model_for(config.packing.cost, config.model.processor_kwargs.get("pretrained_model_name_or_path"))
 
 
-def order_packs(costs: np.ndarray, config: Config) -> tuple[np.ndarray, np.ndarray, Schedule | None]:
-    """Pure: (train pack order, val pack order, the train split's schedule or None) as arrays of pack numbers."""
+def order_packs(costs: np.ndarray, config: Config,
+                mix: Mix | None = None) -> tuple[np.ndarray, np.ndarray, Schedule | None]:
+    """Pure: (train pack order, val pack order, the train split's schedule or None) as arrays of pack numbers.
+
+    With a mixture (``mix``) the train packs, or the balanced slots, are interleaved by source
+    (``packing/interleave.py``) instead of shuffled."""
     n = len(costs)
     rng = np.random.default_rng(config.packing.seed)
     perm = rng.permutation(n)
@@ -63,26 +68,36 @@ def order_packs(costs: np.ndarray, config: Config) -> tuple[np.ndarray, np.ndarr
     val, train = perm[:n_val], perm[n_val:]
     world = config.data_parallel_size
     if not world:
-        return train, val, None
+        return (train if mix is None else train[interleave(mix.composition[train], rng)]), val, None
     parallel = config.parallel
+
+    def by_source(slots: np.ndarray) -> np.ndarray:
+        return interleave(mix.composition[train[slots]].sum(axis=1), rng)
+
     scheduled, rest, schedule = balance(costs[train], world, parallel.micro_batches_per_step,
-                                        parallel.loader_workers, rng)
+                                        parallel.loader_workers, rng, slot_order=None if mix is None else by_source)
     return np.concatenate([train[scheduled], train[rest]]), val, schedule
 
 
 def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int,
-             overlong: np.ndarray | None = None) -> None:
-    """Every ok sample exactly once (in a pack or ``overlong``), every pack within capacity; PlanError on a breach."""
+             overlong: np.ndarray | None = None, uses: np.ndarray | None = None) -> None:
+    """Every ok sample in as many packs as its ``uses`` (default 1; ``packing/mixture.py``) or, once, in
+    ``overlong``; every pack within capacity; PlanError on a breach."""
     over = np.zeros(0, np.int64) if overlong is None else np.asarray(overlong)
     seen = np.bincount(indexes, minlength=n_ok) if indexes.size else np.zeros(n_ok, np.int64)
     if len(seen) > n_ok or (over.size and int(over.max()) >= n_ok):
         raise PlanError(f"bins name a sample past the manifest's {n_ok} ok samples: rerun `vlmpack bucket`")
+    expected = np.ones(n_ok, np.int64) if uses is None else uses.astype(np.int64)
     if over.size:
+        if uses is not None and expected[over].any():
+            raise PlanError(f"ok sample #{int(over[expected[over] > 0][0])} is overlong but planned to be used: "
+                            "rerun `vlmpack bucket`")
         seen[over] += 1
-    if (seen != 1).any():
-        bad = int(np.flatnonzero(seen != 1)[0])
-        raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs or drop lists, expected exactly 1: "
-                        "rerun `vlmpack bucket`")
+        expected[over] = 1
+    if (seen != expected).any():
+        bad = int(np.flatnonzero(seen != expected)[0])
+        raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs or drop lists, expected exactly "
+                        f"{int(expected[bad])}: rerun `vlmpack bucket`")
     if over.size and (lengths[over] <= capacity).any():
         bad = int(over[lengths[over] <= capacity][0])
         raise PlanError(f"ok sample #{bad} is dropped as overlong but fits {capacity}: rerun `vlmpack bucket`")
@@ -94,14 +109,14 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
               lengths: np.ndarray, media_tokens: np.ndarray, config: Config,
-              costs: np.ndarray) -> tuple[PlanArrays, Schedule | None]:
+              costs: np.ndarray, mix: Mix | None = None) -> tuple[PlanArrays, Schedule | None]:
     """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``), and the schedule.
 
-    ``costs``: per bins pack (``packing.cost.pack_costs``)."""
+    ``costs``: per bins pack (``packing.cost.pack_costs``); ``mix``: per bins pack, per source (a mixture)."""
     sizes = np.diff(offsets)
     pack_media = np.add.reduceat(media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
         else np.zeros(0, np.int64)
-    train, val, schedule = order_packs(costs, config)
+    train, val, schedule = order_packs(costs, config, mix)
     order = np.concatenate([train, val]).astype(np.int64)
     new_sizes = sizes[order]
     new_offsets = np.zeros(len(order) + 1, np.int64)
@@ -143,16 +158,22 @@ def run(config: Config) -> StageResult:
         raise StaleArtifactError(f"{out} has no encoder_patches.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
     patches, blocks = np.load(out / "encoder_patches.npy"), np.load(out / "encoder_attention.npy")
     overlong = np.load(out / "overlong.npy")
+    if not (out / "uses.npy").is_file():
+        raise StaleArtifactError(f"{out} has no uses.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
+    uses, source = np.load(out / "uses.npy"), np.load(out / "source.npy")
     indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta)
     capacity = config.sample.max_token_len
     n_ok = int(bins_meta["n_ok"])
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
     alignment = config.alignment
-    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong)
+    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong, uses)
     model = cost_model(config)
     costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets)
-    plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs)
+    mixture = bins_meta.get("mixture") if config.data.sources else None
+    mix = _mix_of(mixture, source, lengths, indexes, offsets)
+    plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs,
+                                      mix)
     del indexes, costs
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
     drops = dict(bins_meta.get("manifest_drops", {}))
@@ -160,11 +181,15 @@ def run(config: Config) -> StageResult:
     meta = {
         "stage": "plan", "fingerprint": expected, "bins_fingerprint": bins_fp, "capacity": capacity,
         "manifest_fingerprint": manifest_fingerprint(config.work_dir),
-        "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": n_ok - int(overlong.size),
+        "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": int(plan_arrays.sample_index.size),
+        "n_left_out": int(bins_meta.get("n_left_out", 0)),
         "n_train_packs": n_train, "n_val_packs": plan_arrays.n_packs - n_train, "n_overlong": int(overlong.size),
         "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
+    if mixture is not None:
+        meta["mixture"] = mixture_record(mixture, _mix_of(mixture, source, lengths, plan_arrays.sample_index,
+                                                          plan_arrays.pack_offsets), n_train, schedule)
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
@@ -182,10 +207,55 @@ def run(config: Config) -> StageResult:
     if media_tokens.any() and not patches.any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
                              "tokens/slow.py): pack costs leave the vision encoder out")
-    return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
+    mix_lines = mixture_summary(meta["mixture"]) if "mixture" in meta else []
+    return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines, *mix_lines],
                        seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
+
+
+def _mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexes: np.ndarray,
+            offsets: np.ndarray) -> Mix | None:
+    """Each pack's content per source, in ``offsets``' pack order (None without a mixture)."""
+    if mixture is None:
+        return None
+    rows = mixture["sources"]
+    return Mix.of_packs(source, lengths, indexes, offsets, tuple(r["name"] for r in rows),
+                        np.array([r["target"] for r in rows], np.float64), mixture["by"] == "tokens")
+
+
+def mixture_record(mixture: dict, mix: Mix, n_train: int, schedule: Schedule | None) -> dict:
+    """bins' per-source accounting plus what the written train order reached: each source's share of the
+    train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
+    without a schedule a step is one pack)."""
+    train = mix.composition[:n_train]
+    if schedule is not None:
+        d, n, m = schedule.data_parallel_size, schedule.packs_per_rank, schedule.micro_batches_per_step
+        slots = train[: d * n].reshape(d, n, -1).sum(axis=0)
+        per_step = slots.reshape(n // m, m, -1).sum(axis=1)
+    else:
+        per_step = train
+    worst, window = window_deviation(per_step, mix.asked)
+    total = train.sum()
+    record = {**mixture, "window_steps": window, "steps": len(per_step), "train_packs": n_train,
+              "worst_window_deviation": float(worst.max()) if worst.size else 0.0}
+    record["sources"] = [
+        {**row, "asked_share": float(mix.asked[i]), "train_share": float(train[:, i].sum() / total) if total else 0.0,
+         "worst_window_deviation": float(worst[i])}
+        for i, row in enumerate(mixture["sources"])
+    ]
+    return record
+
+
+def mixture_summary(record: dict) -> list[str]:
+    """Per source: asked share, share of the train split, and its worst window of steps."""
+    unit = "tokens" if record["by"] == "tokens" else "samples"
+    lines = [f"mixture by {unit}: share asked / in the train split / worst {record['window_steps']}-step window "
+             f"(of {record['steps']} steps)"]
+    for row in record["sources"]:
+        lines.append(f"  {row['name']}: {row['asked_share']:.2%} / {row['train_share']:.2%} / "
+                     f"off by {row['worst_window_deviation'] * 100:.2f} pp at worst")
+    return lines
 
 
 def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:

@@ -39,7 +39,7 @@ from ..tokens.factory import counting_path, video_sampling
 from ..tokens.rules import load_model_rules
 from ._scan_shard import ShardTask, init_worker, scan_in_worker
 
-__all__ = ["run", "discover_shards", "manifest_jsonl_path"]
+__all__ = ["run", "discover_shards", "discover_sources", "manifest_jsonl_path"]
 
 
 def manifest_jsonl_path(config: Config) -> Path:
@@ -121,6 +121,40 @@ def discover_shards(wds_dir: str | list[str]) -> list[ShardTask]:
         ]
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     return [ShardTask(shard=p.relative_to(root).as_posix(), path=str(p)) for p in paths]
+
+
+def discover_sources(config: Config) -> tuple[list[ShardTask], list[str]]:
+    """The shards of every source (``data.sources``, else ``data.wds_dir``), and a line per source without any.
+
+    With ``data.sources`` each shard's name is ``<source>/<relpath>``, so ids stay unique across sources;
+    a shard listed by two sources is an error naming both. A source with no shard is an error naming it,
+    or with ``data.allow_empty_sources`` a line of the summary.
+    """
+    data = config.data
+    if not data.sources:
+        return discover_shards(data.wds_dir), []
+    tasks: list[ShardTask] = []
+    owner: dict[str, str] = {}
+    empty: list[str] = []
+    for source in data.sources:
+        try:
+            found = discover_shards(source.wds_dir)
+        except ShardError as exc:
+            line = f"source {source.name!r}: {exc}".replace("data.wds_dir", "its wds_dir")
+            if not data.allow_empty_sources:
+                raise ShardError(f"{line} (data.allow_empty_sources: true packs the other sources)") from None
+            empty.append(f"warning: {line}; the other sources are packed (data.allow_empty_sources)")
+            continue
+        for task in found:
+            where = str(Path(task.path).resolve()) if not is_url(task.path) else task.path
+            if where in owner:
+                raise ConfigError(f"sources {owner[where]!r} and {source.name!r} both list the shard {task.path}: "
+                                  "each shard belongs to one source (narrow one source's wds_dir)")
+            owner[where] = source.name
+            tasks.append(dataclasses.replace(task, shard=f"{source.name}/{task.shard}", source=source.name))
+    if not tasks:
+        raise ShardError("no .tar shards found in any of data.sources")
+    return tasks, empty
 
 
 def _pending(tasks: list[ShardTask], manifest: Manifest, retry_below: float | None = None) -> list[ShardTask]:
@@ -303,7 +337,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     # a wrong processor path, model_type or video sampler, said before anything is read
     rules = load_model_rules(config.model, config.video)
     counting = [counting_path(rules), *filter(None, [video_sampling(rules)])]
-    tasks = discover_shards(config.data.wds_dir)
+    tasks, empty_sources = discover_sources(config)
     selected = tasks[:limit_shards] if limit_shards else tasks
     inputs_fp = scan_inputs_fingerprint(config)
     jsonl = manifest_jsonl_path(config)
@@ -318,7 +352,8 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
                 {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
                 0,
             )
-            return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines], counts=counts))
+            return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty_sources],
+                                                counts=counts))
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
@@ -344,7 +379,8 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
             "shards_left": left,
         }
         lines, counts = _summary(manifest, base, seconds)
-    return _checked(config, StageResult(stage="scan", summary=[*counting, *lines], counts=counts, seconds=seconds))
+    return _checked(config, StageResult(stage="scan", summary=[*counting, *lines, *empty_sources], counts=counts,
+                                        seconds=seconds))
 
 
 def _checked(config: Config, result: StageResult) -> StageResult:

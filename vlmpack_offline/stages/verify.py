@@ -44,7 +44,7 @@ from ..output.energon_meta import (
 from ..output.pack_builder import SourceFiles, build_pack, layout_json_bytes
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
-from ..packed_settings import SETTINGS_NAME, check_against_packed_dir, written_alignment
+from ..packed_settings import SETTINGS_NAME, check_against_packed_dir, written_alignment, written_mixture
 from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
@@ -142,7 +142,7 @@ class _Checker:
         try:
             built = build_pack(
                 pack_id=pack.pack_id, split=pack.split, capacity=pack.capacity, sample_ids=ids, records=records,
-                files=self.files, template_text_key=self.config.data.template_text_key,
+                files=self.files, text_key_of=self.config.data.template_text_key_of,
                 sample_type=layout.name,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is a problem to list, not a crash
@@ -194,6 +194,25 @@ def _alignment_problem(config: Config) -> str | None:
             "`plan` and `write` with this one")
 
 
+def _planned_uses(config: Config, n_ok: int) -> np.ndarray:
+    """How many packs each ok sample (manifest order) is planned in: bucket's ``uses.npy``, else once each."""
+    path = config.work_dir / "bins" / "uses.npy"
+    uses = np.load(path, allow_pickle=False) if path.is_file() else np.ones(n_ok, np.int64)
+    return uses if len(uses) == n_ok else np.ones(n_ok, np.int64)
+
+
+def _mixture_problems(config: Config, seen: Counter[str]) -> list[str]:
+    """Each source's packed sub-samples against what vlmpack.json says the plan realised."""
+    mixture = written_mixture(config.packed_wds_dir)
+    if not mixture:
+        return []
+    per_source: Counter[str] = Counter()
+    for sample_id, n in seen.items():
+        per_source[sample_id.split("/", 1)[0]] += n
+    return [f"source {row['name']!r}: {per_source[row['name']]} sub-samples packed, vlmpack.json says {row['packed']}"
+            for row in mixture["sources"] if per_source[row["name"]] != row["packed"]]
+
+
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
     out_dir = config.packed_wds_dir
@@ -225,10 +244,18 @@ def run(config: Config) -> StageResult:
         problems.append(f"{SETTINGS_NAME}: {exc}")
     overlong = set(read_overlong_ids(config))
     ok_set = set(ok_ids) - overlong
-    problems += [f"sample {i!r} is ok in the manifest but in no pack" for i in ok_ids
-                 if checker.seen[i] == 0 and i not in overlong]
-    problems += [f"sample {i!r} is dropped as overlong by bucket but packed" for i in overlong if checker.seen[i]]
-    problems += [f"sample {i!r} is in {n} packs" for i, n in checker.seen.items() if n > 1]
+    uses = _planned_uses(config, len(ok_ids))
+    for i, planned in zip(ok_ids, uses.tolist(), strict=True):
+        got = checker.seen[i]
+        if i in overlong:
+            if got:
+                problems.append(f"sample {i!r} is dropped as overlong by bucket but packed")
+        elif got == 0 and planned:
+            problems.append(f"sample {i!r} is ok in the manifest but in no pack"
+                            + (f" (planned {planned} times)" if planned != 1 else ""))
+        elif got != planned:
+            problems.append(f"sample {i!r} is in {got} packs, planned {planned}")
+    problems += _mixture_problems(config, checker.seen)
     problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
                  if i not in ok_set and i not in overlong]
     planned = range(read_plan_arrays(config.work_dir).n_packs)  # pack ids are 0..P-1; no ids needed

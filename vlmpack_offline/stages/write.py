@@ -105,7 +105,7 @@ def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | No
         energon_meta=ENERGON_META_VERSION,
         sample_type=config.sample.sample_type,
         capacity=config.sample.max_token_len,
-        template_text_key=config.data.template_text_key,
+        template_text_key=[config.data.template_text_key, *(s.template_text_key for s in config.data.sources)],
     )
     if config.write.store_token_ids:  # ids.npy holds the learned-token mask: a new labels rule rewrites it
         payload.update(section_fingerprint_payload(config, "model", "video"), labels_rule=LABELS_RULE)
@@ -237,7 +237,7 @@ def _pack_members(config: Config, pack: Pack, records: dict, files: SourceFiles,
         sample_ids=pack.sample_ids,
         records=records,
         files=files,
-        template_text_key=config.data.template_text_key,
+        text_key_of=config.data.template_text_key_of,
         sample_type=config.sample.sample_type,
     )
 
@@ -594,7 +594,7 @@ def run(config: Config) -> StageResult:
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
     with Manifest(manifest_path(config.work_dir)) as manifest:
         _check_scan_inputs(config, manifest)  # before anything in out_dir is touched
-    settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"))
+    settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"), meta.get("mixture"))
     fp = write_fingerprint(config, meta["fingerprint"], settings)
     marker = _read_marker(out_dir)
     if marker and marker.get("fingerprint") == fp and marker.get("complete"):

@@ -32,6 +32,7 @@ from PIL import Image
 from ..output.tar_writer import reproducible_tarinfo
 
 __all__ = [
+    "generate_source",
     "SyntheticSample",
     "FAULT_REASONS",
     "BAD_MEMBER_NAMES",
@@ -353,3 +354,25 @@ def generate_dataset(
         extra = [(name, b'{"messages": []}') for name in BAD_MEMBER_NAMES] if include_faults and number == n_shards - 1 else []
         paths.append(write_shard(folder / f"shard-{number:06d}.tar", samples, extra_members=extra))
     return paths
+
+
+_KIND_RECIPES: dict[str, tuple[_Recipe, ...]] = {
+    "text": (_text_only,),
+    "image": (_hf_rgb_jpeg, _sharegpt_rgba_png, _hf_multi_image),
+    "video": (_hf_video,),
+}
+
+
+def generate_source(out_dir: str | Path, kind: str, *, n_samples: int, seed: int = 0,
+                    samples_per_shard: int = 64) -> list[Path]:
+    """One source of a mixture: ``n_samples`` good samples of one kind (text, image or video) in
+    ``out_dir/shard-%06d.tar``; returns the shard paths."""
+    rng = random.Random(seed)
+    recipes = _KIND_RECIPES[kind]
+    samples = []
+    for index in range(n_samples):
+        raw_json, media = recipes[index % len(recipes)](rng, seed * 1_000_003 + index)
+        samples.append(SyntheticSample(key=f"{kind}{index:06d}", json=raw_json, media=media))
+    return [write_shard(Path(out_dir) / f"shard-{n // samples_per_shard:06d}.tar",
+                        samples[n : n + samples_per_shard])
+            for n in range(0, n_samples, samples_per_shard)]
