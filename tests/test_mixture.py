@@ -1,0 +1,200 @@
+"""A mixture's rules, as functions of the samples and the seed (``packing/mixture.py``), and the even
+interleave of sources over steps (``packing/interleave.py``).
+
+Counts are checked against arithmetic written here from the rules' definitions (largest remainder,
+whole passes plus a subset), never against a second call of the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.packing.interleave import interleave, window_deviation
+from vlmpack_offline.packing.mixture import SourceRule, rounds, rules_of, use_counts
+
+
+def _sources(*sizes: int) -> np.ndarray:
+    return np.concatenate([np.full(n, code, np.int16) for code, n in enumerate(sizes)])
+
+
+def _largest_remainder(weights: list[float], total: int) -> list[int]:
+    exact = [w / sum(weights) * total for w in weights]
+    floor = [math.floor(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: -(exact[i] - floor[i]))[: total - sum(floor)]:
+        floor[i] += 1
+    return floor
+
+
+def _rules(*pairs) -> list[SourceRule]:
+    return [SourceRule(name=f"s{i}", kind=kind, value=value) for i, (kind, value) in enumerate(pairs)]
+
+
+def _per_source(uses: np.ndarray, source: np.ndarray, n: int) -> list[int]:
+    return [int(uses[source == s].sum()) for s in range(n)]
+
+
+@pytest.mark.parametrize("weights", [(0.5, 0.3, 0.2), (0.2, 0.2, 0.6), (1, 1, 1)])
+def test_weights_split_the_mixture_exactly_by_largest_remainder(weights):
+    source = _sources(300, 50, 120)
+    tokens = np.full(source.size, 10)
+    uses, _ = use_counts(source, tokens, np.ones(source.size, bool), _rules(*(("weight", w) for w in weights)),
+                         by_tokens=False, epochs=1, seed=0)
+    assert _per_source(uses, source, 3) == _largest_remainder(list(weights), source.size)
+
+
+def test_down_sampling_leaves_a_seeded_subset_out_and_up_sampling_repeats_whole_passes_first():
+    source = _sources(300, 50)
+    uses, _ = use_counts(source, np.ones(350), np.ones(350, bool), _rules(("weight", 0.5), ("weight", 0.5)),
+                         by_tokens=False, epochs=1, seed=3)
+    big, small = uses[source == 0], uses[source == 1]
+    assert set(big.tolist()) == {0, 1} and big.sum() == 175  # half of 350, each sample at most once
+    assert set(small.tolist()) <= {3, 4} and small.sum() == 175  # 3 whole passes + 25 once more
+    again, _ = use_counts(source, np.ones(350), np.ones(350, bool), _rules(("weight", 0.5), ("weight", 0.5)),
+                          by_tokens=False, epochs=1, seed=3)
+    other, _ = use_counts(source, np.ones(350), np.ones(350, bool), _rules(("weight", 0.5), ("weight", 0.5)),
+                          by_tokens=False, epochs=1, seed=4)
+    assert np.array_equal(uses, again) and not np.array_equal(uses, other)
+
+
+def test_repeat_two_and_a_half_is_every_sample_twice_plus_a_seeded_half():
+    source = _sources(101)
+    uses, targets = use_counts(source, np.ones(101), np.ones(101, bool), _rules(("repeat", 2.5)),
+                               by_tokens=False, epochs=1, seed=0)
+    assert set(uses.tolist()) == {2, 3}
+    assert int((uses == 3).sum()) == math.floor(0.5 * 101 + 0.5)
+    assert targets.used[0] == uses.sum()
+
+
+def test_count_takes_exactly_n_samples_and_each_epoch_draws_its_own():
+    source = _sources(40, 60)
+    rules = _rules(("count", 10), ("repeat", 1))
+    uses, _ = use_counts(source, np.ones(100), np.ones(100, bool), rules, by_tokens=False, epochs=3, seed=0)
+    first = uses[:40]
+    assert first.sum() == 30 and first.max() >= 1  # 10 per epoch
+    assert (uses[40:] == 3).all()  # every sample once per epoch
+    one, _ = use_counts(source, np.ones(100), np.ones(100, bool), rules, by_tokens=False, epochs=1, seed=0)
+    assert np.count_nonzero(first) > np.count_nonzero(one[:40])  # other samples in later epochs
+
+
+def test_by_tokens_each_source_reaches_its_token_target_within_one_sample():
+    rng = np.random.default_rng(0)
+    source = _sources(500, 200, 80)
+    tokens = np.concatenate([rng.integers(50, 200, 500), rng.integers(500, 3000, 200), rng.integers(10, 40, 80)])
+    weights = (0.5, 0.3, 0.2)
+    uses, targets = use_counts(source, tokens, np.ones(source.size, bool), _rules(*(("weight", w) for w in weights)),
+                               by_tokens=True, epochs=1, seed=0)
+    part = tokens.sum()
+    for s, w in enumerate(weights):
+        reached = int((uses[source == s] * tokens[source == s]).sum())
+        assert abs(reached - w * part) <= tokens[source == s].max()
+        assert reached == targets.used[s]
+
+
+def test_samples_that_do_not_fit_are_never_used():
+    source = _sources(10)
+    eligible = np.arange(10) % 2 == 0
+    uses, targets = use_counts(source, np.ones(10), eligible, _rules(("repeat", 2)), by_tokens=False, epochs=1, seed=0)
+    assert (uses[~eligible] == 0).all() and (uses[eligible] == 2).all()
+    assert targets.available[0] == 5
+
+
+def test_a_source_with_nothing_packable_is_named_empty():
+    source = _sources(5, 5)
+    eligible = source == 0
+    _, targets = use_counts(source, np.ones(10), eligible, _rules(("weight", 1), ("weight", 1)), by_tokens=False,
+                            epochs=1, seed=0)
+    assert targets.empty == ("s1",)
+
+
+def test_rounds_keep_copies_of_a_sample_in_separate_rounds():
+    uses = np.array([0, 1, 2, 3, 1], np.uint32)
+    lengths = np.full(5, 100)
+    out = rounds(uses, lengths, capacity=50)
+    assert [r.tolist() for r in out] == [[1, 2, 3, 4], [2, 3], [3]]
+    for r in out:
+        assert len(set(r.tolist())) == len(r)
+
+
+def test_rounds_smaller_than_a_pack_are_packed_together():
+    uses = np.array([5, 5], np.uint32)
+    out = rounds(uses, np.array([10, 10]), capacity=100)  # two 10-token samples, five times each
+    assert [r.tolist() for r in out] == [[0, 1], [0, 0, 0, 0, 1, 1, 1, 1]]
+
+
+def test_config_without_sources_is_one_source_used_once():
+    config = config_from_dict({"data": {"wds_dir": "/x"}})
+    assert rules_of(config) == (SourceRule(name="default", kind="repeat", value=1.0),)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ({"name": "a", "wds_dir": "/x", "weight": -1}, "finite number >= 0"),
+    ({"name": "a", "wds_dir": "/x", "weight": float("nan")}, "finite number >= 0"),
+    ({"name": "a", "wds_dir": "/x", "weight": 0}, "every source weight is 0"),
+    ({"name": "a", "wds_dir": "/x", "weight": 1, "repeat": 2}, "sets weight and repeat"),
+    ({"name": "a/b", "wds_dir": "/x"}, "without '/'"),
+    ({"name": "a", "wds_dir": ""}, "has no wds_dir"),
+    ({"name": "a", "wds_dir": "/x", "count": -3}, "count must be >= 0"),
+])
+def test_bad_source_rules_are_refused_naming_the_source(source, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict({"data": {"sources": [source]}})
+
+
+def test_two_sources_with_one_name_and_sources_beside_wds_dir_are_refused():
+    with pytest.raises(ConfigError, match="two sources are named 'a'"):
+        config_from_dict({"data": {"sources": [{"name": "a", "wds_dir": "/x"}, {"name": "a", "wds_dir": "/y"}]}})
+    with pytest.raises(ConfigError, match="both set"):
+        config_from_dict({"data": {"wds_dir": "/z", "sources": [{"name": "a", "wds_dir": "/x"}]}})
+
+
+# -- even mixing over steps -------------------------------------------------------------------------------
+
+
+def _compositions(n: int, n_sources: int, seed: int) -> np.ndarray:
+    """Packs of one dominant source each, with a minority of other sources' samples (a BFD-like mix)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.dirichlet(np.ones(n_sources) * 2)
+    dominant = rng.choice(n_sources, n, p=weights)
+    comp = np.zeros((n, n_sources))
+    comp[np.arange(n), dominant] = rng.integers(3, 12, n)
+    comp[np.arange(n), rng.integers(0, n_sources, n)] += rng.integers(0, 4, n)
+    return comp
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_class_holds_its_share_of_any_window_within_two_units_cyclically(seed):
+    comp = _compositions(3000, 6, seed)
+    order = interleave(comp, np.random.default_rng(seed))
+    assert sorted(order.tolist()) == list(range(3000))
+    dominant = comp.argmax(axis=1)[order]
+    n = len(order)
+    doubled = np.concatenate([dominant, dominant])
+    for c in np.unique(dominant):
+        share = np.count_nonzero(dominant == c) / n
+        hits = np.concatenate([[0], np.cumsum(doubled == c)])
+        for w in (7, 50, 400):
+            counts = hits[w : w + n] - hits[:n]
+            assert np.abs(counts - w * share).max() < 2
+
+
+def test_interleaved_windows_hold_each_source_within_2_pp_where_random_order_does_not():
+    comp = _compositions(8000, 5, 7)  # 8000 packs: 100 steps of 8 ranks is 800 packs
+    asked = comp.sum(axis=0) / comp.sum()
+    per_step = comp[interleave(comp, np.random.default_rng(0))].reshape(-1, 8, 5).sum(axis=1)
+    worst, window = window_deviation(per_step, asked)
+    shuffled = comp[np.random.default_rng(0).permutation(8000)].reshape(-1, 8, 5).sum(axis=1)
+    random_worst, _ = window_deviation(shuffled, asked)
+    assert window == 100
+    assert worst.max() <= 0.02 < random_worst.max()
+
+
+def test_window_deviation_is_the_worst_cyclic_window_share():
+    per_step = np.array([[1, 0], [0, 1], [1, 0], [1, 0]], float)
+    worst, window = window_deviation(per_step, np.array([0.75, 0.25]), window=2)
+    # windows (cyclic): [1,0]+[0,1] -> .5/.5, [0,1]+[1,0] -> .5/.5, [1,0]+[1,0] -> 1/0, [1,0]+[1,0] -> 1/0
+    assert window == 2 and np.allclose(worst, [0.25, 0.25])
