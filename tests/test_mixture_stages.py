@@ -20,6 +20,7 @@ from megatron.energon import WorkerConfig, get_savable_loader
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import ConfigError, ShardError
+from vlmpack_offline.inspect_pack import summarize
 from vlmpack_offline.loader import PackEncoder, PackTaskEncoder
 from vlmpack_offline.loader.task_encoder import train_dataset
 from vlmpack_offline.manifest import Manifest, manifest_path
@@ -102,6 +103,10 @@ def test_weights_set_each_sources_count_and_a_new_weighting_reuses_the_scan(tmp_
         packed = {row["name"]: row["packed"] for row in mixture["sources"]}
         assert list(packed.values()) == _largest_remainder(list(weights.values()), total)
         assert verify.run(config).exit_code == 0
+        stats = json.loads((config.work_dir / "stats.json").read_text())
+        assert [row["name"] for row in stats["mixture"]["sources"]] == list(SIZES)
+        assert (config.work_dir / "mixture.png").is_file()
+        assert all(name in summarize(config.packed_wds_dir) for name in SIZES)
 
         # every sample's uses, as energon reads them from the written tars (the split is all train)
         read = _energon_reads(config.packed_wds_dir)

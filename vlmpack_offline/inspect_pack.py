@@ -60,6 +60,14 @@ def summarize(packed_dir: str | Path) -> str:
                 f"packs per rank, {schedule.unscheduled} packs in no step; energon num_workers must divide "
                 f"{schedule.packs_per_rank} (docs/balance.md)"
             )
+        mixture = recorded.get("mixture")
+        if mixture:
+            lines.append(f"  a mixture of {len(mixture['sources'])} sources by {mixture['by']} ({mixture['epochs']} "
+                         f"epoch(s) drawn); share asked / in the train split / worst "
+                         f"{mixture['window_steps']}-step window (pp off):")
+            lines += [f"    {row['name']:<16} {row['rule']} {row['value']:g}: {row['packed']} sub-samples; "
+                      f"{row['asked_share']:.2%} / {row['train_share']:.2%} / {row['worst_window_deviation'] * 100:.2f}"
+                      for row in mixture["sources"]]
     lines.append("  `vlmpack inspect DIR --pack N` shows one pack")
     return "\n".join(lines)
 

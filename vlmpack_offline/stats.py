@@ -15,7 +15,8 @@ step balance = per optimizer step, the slowest data-parallel rank's cost / the m
 Written as ``work_dir/stats.json`` (the numbers, the plan fingerprint they
 describe, ``png_panels``: the titles of the figure's panels) and ``work_dir/stats.png``
 (``PANELS``: token length with the capacity line and the overlong drops, pack fill
-per media group, samples per pack, drops by reason, pack cost per media group, step balance).
+per media group, samples per pack, drops by reason, pack cost per media group, step balance), and for
+a mixture ``work_dir/mixture.png``: per source, its share over every window of steps against the share asked.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
 from .packing.alignment import round_up
 
-__all__ = ["PackStats", "PANELS", "compute_stats", "write_stats", "stats_figure", "read_stats", "stats_paths"]
+__all__ = ["PackStats", "PANELS", "MIXTURE_PNG", "compute_stats", "write_stats", "stats_figure", "mixture_figure",
+           "read_stats", "stats_paths"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +53,7 @@ class PackStats:
     padding_tokens: int = 0  # pad slots the alignment adds over all packs (counted in fill_ratio and lower_bound)
     cost: dict[str, float] = field(default_factory=dict)  # median FLOPs per pack, then p1/p99/max as x median
     step_balance: dict[str, dict[str, float]] = field(default_factory=dict)  # {"balanced"|"random order": {p50..}}
+    mixture: dict = field(default_factory=dict)  # the plan's per-source record (stages/plan.py mixture_record), or {}
 
     def table_lines(self) -> list[str]:
         rows = [
@@ -72,11 +75,27 @@ class PackStats:
               if self.cost else []),
             *([(f"step balance ({name})", "slowest rank / mean p50 {p50:.4f}, p99 {p99:.4f}, worst {max:.4f}"
                 .format(**values)) for name, values in self.step_balance.items()]),
+            *self._mixture_rows(),
             ("dropped", f"{sum(self.drops.values())}"),
         ]
         rows += [(f"  {reason}", f"{count}") for reason, count in sorted(self.drops.items())]
         width = max(len(name) for name, _ in rows)
         return [f"{name:<{width}}  {value}" for name, value in rows]
+
+
+    def _mixture_rows(self) -> list[tuple[str, str]]:
+        """Per source: its rule, copies packed, share asked / in the train split, and its worst window."""
+        if not self.mixture:
+            return []
+        mix = self.mixture
+        rows = [(f"mixture (by {mix['by']})", f"share asked / train split / worst {mix['window_steps']}-step window "
+                                              f"of {mix['steps']} steps (pp off)")]
+        for row in mix["sources"]:
+            uses = ", ".join(f"{n} x{k}" for k, n in row["uses"].items())
+            rows.append((f"  {row['name']}", f"{row['rule']} {row['value']:g}: {row['packed']} packed ({uses or 'none'}); "
+                                             f"{row['asked_share']:.2%} / {row['train_share']:.2%} / "
+                                             f"{row['worst_window_deviation'] * 100:.2f}"))
+        return rows
 
 
 def compute_stats(
@@ -89,6 +108,7 @@ def compute_stats(
     multiple: int = 1,
     pack_costs: np.ndarray | None = None,
     step_ratios: dict[str, np.ndarray] | None = None,
+    mixture: dict | None = None,
 ) -> PackStats:
     """``sample_groups`` (one label per length) names the group each sample was packed in; ``multiple``: the
     alignment each length is rounded up to (``pack_totals`` are the aligned totals then); ``pack_costs``
@@ -113,6 +133,7 @@ def compute_stats(
         cost=_cost_summary(pack_costs),
         step_balance={name: dict(zip(("p50", "p99", "max"), (float(v) for v in np.percentile(r, [50, 99, 100])),
                                      strict=True)) for name, r in (step_ratios or {}).items() if len(r)},
+        mixture=mixture or {},
     )
 
 
@@ -128,6 +149,9 @@ def stats_paths(work_dir: str | Path) -> tuple[Path, Path]:
     return Path(work_dir) / "stats.json", Path(work_dir) / "stats.png"
 
 
+MIXTURE_PNG = "mixture.png"  # in work_dir, beside stats.png: one panel per source (a plan with data.sources)
+
+
 # stats.png titles, in the figure's order (2 rows of 3)
 PANELS = ("token length", "pack fill per media group", "pack cost", "samples per pack", "drops by reason",
           "step balance")
@@ -136,9 +160,17 @@ PANELS = ("token length", "pack fill per media group", "pack cost", "samples per
 def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, pack_totals: np.ndarray, *,
                 pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None,
-                pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None) -> None:
-    """stats.png (the ``PANELS``), then stats.json (last: it marks the pair complete)."""
+                pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None,
+                mixture_steps: np.ndarray | None = None) -> None:
+    """stats.png (the ``PANELS``), mixture.png with a mixture (``mixture_steps``: [steps, sources] of the
+    train split, ``packing/interleave.py`` ``per_step``), then stats.json (last: it marks the set complete)."""
     json_path, png_path = stats_paths(work_dir)
+    mixture_png = Path(work_dir) / MIXTURE_PNG
+    if stats.mixture and mixture_steps is not None:
+        with atomic_open(mixture_png, "wb") as handle:
+            mixture_figure(stats.mixture, mixture_steps).savefig(handle, format="png", metadata={"Software": None})
+    else:
+        mixture_png.unlink(missing_ok=True)
     fig = stats_figure(stats, lengths, pack_totals, pack_groups=pack_groups, group_names=group_names,
                        pack_sizes=pack_sizes, drop_lengths=drop_lengths, pack_costs=pack_costs,
                        step_ratios=step_ratios)
@@ -233,6 +265,37 @@ def _step_panel(ax, ratios: dict[str, np.ndarray]) -> None:
     ax.set(title=f"{PANELS[5]} ({len(next(iter(ratios.values()))):,} steps)", xlabel="steps, slowest first",
            ylabel="slowest rank / mean")
     ax.legend(fontsize="small")
+
+
+def mixture_figure(mixture: dict, steps: np.ndarray):
+    """One panel per source: its share in each window of ``window_steps`` steps along the run, against the
+    share asked (the band is +-2 pp)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    rows = mixture["sources"]
+    cols = min(4, len(rows))
+    fig = Figure(figsize=(4.5 * cols, 3 * -(-len(rows) // cols)))
+    axes = np.atleast_1d(fig.subplots(-(-len(rows) // cols), cols)).reshape(-1)
+    window = max(1, min(int(mixture["window_steps"]), len(steps)))
+    sums = np.concatenate([np.zeros((1, steps.shape[1])), np.cumsum(steps, axis=0)])
+    win = sums[window:] - sums[:-window]
+    totals = win.sum(axis=1)
+    for i, (ax, row) in enumerate(zip(axes, rows, strict=False)):
+        share = np.divide(win[:, i], totals, out=np.zeros(len(totals)), where=totals > 0)
+        asked = row["asked_share"]
+        ax.axhspan(asked - 0.02, asked + 0.02, color="tab:green", alpha=0.15)
+        ax.axhline(asked, color="tab:green", linestyle="--", label=f"asked {asked:.2%}")
+        ax.plot(share, color="tab:blue", linewidth=1, marker="o" if len(share) < 30 else None, label=f"worst {row['worst_window_deviation'] * 100:.2f} pp off")
+        ax.set(title=f"{row['name']} ({row['rule']} {row['value']:g})", xlabel=f"first step of a {window}-step window",
+               ylabel=f"share of {mixture['by']}")
+        ax.legend(fontsize="small")
+    for ax in axes[len(rows):]:
+        ax.set_axis_off()
+    fig.tight_layout()
+    return fig
 
 
 def read_stats(work_dir) -> dict | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Mix", "interleave", "window_deviation", "WINDOW_STEPS"]
+__all__ = ["Mix", "interleave", "per_step", "window_deviation", "WINDOW_STEPS"]
 
 WINDOW_STEPS = 100  # the window the issue's "even over steps" is measured on
 
@@ -76,6 +76,16 @@ def interleave(composition: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         dealt = np.roll(by_share[_bit_reversed(len(by_share))], int(rng.integers(len(by_share))))
         keys[dealt] = (np.arange(len(dealt)) + rng.random()) / len(dealt)
     return np.argsort(keys, kind="stable")
+
+
+def per_step(train: np.ndarray, schedule) -> np.ndarray:
+    """[steps, sources] from the train packs' rows in written order: with a schedule (``schedule.Schedule``) a
+    step is ``micro_batches_per_step`` slots of every rank (packs in no slot left out); without one, a pack."""
+    if schedule is None:
+        return train
+    d, n, m = schedule.data_parallel_size, schedule.packs_per_rank, schedule.micro_batches_per_step
+    slots = train[: d * n].reshape(d, n, -1).sum(axis=0)
+    return slots.reshape(n // m, m, -1).sum(axis=1)
 
 
 def window_deviation(per_step: np.ndarray, asked: np.ndarray, window: int = WINDOW_STEPS) -> tuple[np.ndarray, int]:

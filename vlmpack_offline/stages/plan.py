@@ -29,7 +29,7 @@ from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
-from ..packing.interleave import Mix, interleave, window_deviation
+from ..packing.interleave import Mix, interleave, per_step, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
 from ..schedule import Schedule, balance, step_ratios
@@ -171,7 +171,7 @@ def run(config: Config) -> StageResult:
     model = cost_model(config)
     costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets)
     mixture = bins_meta.get("mixture") if config.data.sources else None
-    mix = _mix_of(mixture, source, lengths, indexes, offsets)
+    mix = mix_of(mixture, source, lengths, indexes, offsets)
     plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs,
                                       mix)
     del indexes, costs
@@ -187,34 +187,36 @@ def run(config: Config) -> StageResult:
         "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
+    mixture_steps = None
     if mixture is not None:
-        meta["mixture"] = mixture_record(mixture, _mix_of(mixture, source, lengths, plan_arrays.sample_index,
-                                                          plan_arrays.pack_offsets), n_train, schedule)
+        written = mix_of(mixture, source, lengths, plan_arrays.sample_index, plan_arrays.pack_offsets)
+        meta["mixture"] = mixture_record(mixture, written, n_train, schedule)
+        mixture_steps = per_step(written.composition[:n_train], schedule)
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
         plan_arrays.token_len, totals, plan_arrays.pack_sizes, capacity, drops,
         sample_groups=np.repeat(plan_arrays.group, plan_arrays.pack_sizes), multiple=alignment.multiple,
-        pack_costs=plan_arrays.cost, step_ratios=ratios,
+        pack_costs=plan_arrays.cost, step_ratios=ratios, mixture=meta.get("mixture"),
     )
     meta["balance"] = stats.step_balance
     write_plan_arrays(config.work_dir, plan_arrays, meta)
     jsonl_path(config.work_dir).unlink(missing_ok=True)  # an export of an older plan would mislead
     write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
-                drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios)
+                drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios,
+                mixture_steps=mixture_steps)
     balance_lines = _balance_lines(plan_arrays, schedule)
     if media_tokens.any() and not patches.any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
                              "tokens/slow.py): pack costs leave the vision encoder out")
-    mix_lines = mixture_summary(meta["mixture"]) if "mixture" in meta else []
-    return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines, *mix_lines],
+    return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
                        seconds=time.perf_counter() - started,
                        counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
                                "samples": stats.samples})
 
 
-def _mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexes: np.ndarray,
+def mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexes: np.ndarray,
             offsets: np.ndarray) -> Mix | None:
     """Each pack's content per source, in ``offsets``' pack order (None without a mixture)."""
     if mixture is None:
@@ -229,15 +231,10 @@ def mixture_record(mixture: dict, mix: Mix, n_train: int, schedule: Schedule | N
     train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
     without a schedule a step is one pack)."""
     train = mix.composition[:n_train]
-    if schedule is not None:
-        d, n, m = schedule.data_parallel_size, schedule.packs_per_rank, schedule.micro_batches_per_step
-        slots = train[: d * n].reshape(d, n, -1).sum(axis=0)
-        per_step = slots.reshape(n // m, m, -1).sum(axis=1)
-    else:
-        per_step = train
-    worst, window = window_deviation(per_step, mix.asked)
+    steps = per_step(train, schedule)
+    worst, window = window_deviation(steps, mix.asked)
     total = train.sum()
-    record = {**mixture, "window_steps": window, "steps": len(per_step), "train_packs": n_train,
+    record = {**mixture, "window_steps": window, "steps": len(steps), "train_packs": n_train,
               "worst_window_deviation": float(worst.max()) if worst.size else 0.0}
     record["sources"] = [
         {**row, "asked_share": float(mix.asked[i]), "train_share": float(train[:, i].sum() / total) if total else 0.0,
@@ -245,17 +242,6 @@ def mixture_record(mixture: dict, mix: Mix, n_train: int, schedule: Schedule | N
         for i, row in enumerate(mixture["sources"])
     ]
     return record
-
-
-def mixture_summary(record: dict) -> list[str]:
-    """Per source: asked share, share of the train split, and its worst window of steps."""
-    unit = "tokens" if record["by"] == "tokens" else "samples"
-    lines = [f"mixture by {unit}: share asked / in the train split / worst {record['window_steps']}-step window "
-             f"(of {record['steps']} steps)"]
-    for row in record["sources"]:
-        lines.append(f"  {row['name']}: {row['asked_share']:.2%} / {row['train_share']:.2%} / "
-                     f"off by {row['worst_window_deviation'] * 100:.2f} pp at worst")
-    return lines
 
 
 def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:

@@ -9,12 +9,13 @@ import numpy as np
 from ..config import Config
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
+from ..packing.interleave import per_step
 from ..plan_file import plan_path, read_plan_arrays, read_plan_meta
 from ..schedule import Schedule, step_ratios
 from ..stage_result import StageResult
 from ..stats import PackStats, compute_stats, read_stats, stats_paths, write_stats
 from .bucket import bins_dir
-from .plan import plan_fingerprint
+from .plan import mix_of, plan_fingerprint
 
 __all__ = ["run"]
 
@@ -47,11 +48,16 @@ def run(config: Config) -> StageResult:
     totals = plan.aligned_pack_totals(multiple)
     schedule = Schedule.from_record(meta.get("schedule"))
     ratios = step_ratios(plan.cost, schedule, int(meta.get("seed", 0))) if schedule and plan.cost is not None else None
+    mixture, steps = meta.get("mixture"), None
+    if mixture is not None:  # each train step's content per source, from the plan and bucket's source column
+        written = mix_of(mixture, np.load(bins / "source.npy"), np.load(bins / "lengths.npy"), plan.sample_index,
+                         plan.pack_offsets)
+        steps = per_step(written.composition[: mixture["train_packs"]], schedule)
     stats = compute_stats(plan.token_len, totals, plan.pack_sizes, int(meta["capacity"]), drops,
                           sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple,
-                          pack_costs=plan.cost, step_ratios=ratios)
+                          pack_costs=plan.cost, step_ratios=ratios, mixture=mixture)
     write_stats(config.work_dir, stats, expected, plan.token_len, totals, pack_groups=plan.group,
                 group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths,
-                pack_costs=plan.cost, step_ratios=ratios)
+                pack_costs=plan.cost, step_ratios=ratios, mixture_steps=steps)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)
