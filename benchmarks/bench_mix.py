@@ -13,7 +13,7 @@ files other than pack_plan.npz (as in ``bench_pack.py`` A):
   uses    ``bucket.mixture_uses`` (the mixture's draws; the same call with one ``default`` source
           for the baseline, where every sample is used once)
   bucket  ``bucket.build_bins`` (grouping + best-fit decreasing, copies in separate rounds)
-  plan    ``plan.validate`` + ``pack_costs`` + ``_mix_of`` + ``make_plan`` (interleave by source) +
+  plan    ``plan.validate`` + ``pack_costs`` + ``mix_of`` + ``make_plan`` (interleave by source) +
           ``mixture_record`` (the 100-step window measure), then ``write_plan_arrays``
 
 "without weights" is the same samples as one source (``data.sources`` empty): the code path of a
@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing as mp
+import queue as queue_module
 import resource
 import shlex
 import sys
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_pack import CAPACITY, _in_child  # benchmarks/ is on sys.path when this script runs
+from bench_pack import CAPACITY  # benchmarks/ is on sys.path when this script runs
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.packing import lower_bound
@@ -166,12 +168,12 @@ def bench_one(n: int, k: int, balance: int | None, mixed: bool, mix_by: str, que
         costs = pack_costs(plan.cost_model(config), lengths, samples.encoder_patches, samples.encoder_attention,
                            indexes, offsets)
         record = mixture if config.data.sources else None
-        mix = plan._mix_of(record, source, samples.token_len, indexes, offsets)
+        mix = plan.mix_of(record, source, samples.token_len, indexes, offsets)
         arrays, schedule = plan.make_plan(indexes, offsets, np.concatenate(pack_group), tuple(groups),
                                           samples.token_len, samples.media_tokens, config, costs, mix)
         n_train = int(np.count_nonzero(arrays.split == 0))
         if record is not None:
-            record = plan.mixture_record(record, plan._mix_of(record, source, samples.token_len, arrays.sample_index,
+            record = plan.mixture_record(record, plan.mix_of(record, source, samples.token_len, arrays.sample_index,
                                                               arrays.pack_offsets), n_train, schedule)
         del costs, indexes
         t_plan = time.perf_counter() - t3
@@ -192,6 +194,23 @@ def bench_one(n: int, k: int, balance: int | None, mixed: bool, mix_by: str, que
                                                "train_share", "worst_window_deviation")}
                           for row in record["sources"]]
     queue.put(out)
+
+
+def _in_child(target, *args) -> dict:
+    """``bench_pack._in_child`` (a fresh process, so its peak RSS is its own), but a child that dies ends the run."""
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    child = context.Process(target=target, args=(*args, results))
+    child.start()
+    while True:
+        try:
+            result = results.get(timeout=5)
+            break
+        except queue_module.Empty:
+            if not child.is_alive():
+                raise SystemExit(f"the benchmark's child process failed (exit code {child.exitcode})") from None
+    child.join()
+    return result
 
 
 def _number(value: float) -> str:
