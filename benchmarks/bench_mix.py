@@ -12,7 +12,7 @@ files other than pack_plan.npz (as in ``bench_pack.py`` A):
 
   uses    ``bucket.mixture_uses`` (the mixture's draws; the same call with one ``default`` source
           for the baseline, where every sample is used once)
-  bucket  ``bucket.build_bins`` (grouping + best-fit decreasing, copies in separate rounds)
+  bucket  ``bucket.build_bins`` (grouping + best-fit decreasing over every copy, copies kept apart)
   plan    ``plan.validate`` + ``pack_costs`` + ``mix_of`` + ``make_plan`` (interleave by source) +
           ``mixture_record`` (the 100-step window measure), then ``write_plan_arrays``
 
@@ -157,7 +157,7 @@ def bench_one(n: int, k: int, balance: int | None, mixed: bool, mix_by: str, que
         t3 = time.perf_counter()
         indexes = np.concatenate([g[0] for g in groups.values()])
         offsets, pack_group, base = [np.zeros(1, np.int64)], [], 0
-        for code, (_, off) in enumerate(groups.values()):
+        for code, (_, off, _) in enumerate(groups.values()):
             offsets.append(off[1:] + base)
             base += int(off[-1])
             pack_group.append(np.full(len(off) - 1, code, np.int8))

@@ -85,7 +85,7 @@ def bench_arrays(n: int, balance: int | None, queue) -> None:
         t2 = time.perf_counter()
         indexes = np.concatenate([g[0] for g in groups.values()])
         offsets, codes, base = [np.zeros(1, np.int64)], [], 0
-        for code, (_, off) in enumerate(groups.values()):
+        for code, (_, off, _) in enumerate(groups.values()):
             offsets.append(off[1:] + base)
             base += int(off[-1])
             codes.append(np.full(len(off) - 1, code, np.int8))

@@ -127,7 +127,7 @@ def test_no_pack_exceeds_capacity_after_padding_on_a_mixed_set(layout):
     m = config.alignment.multiple
     aligned = -(-lengths.astype(np.int64) // m) * m
     seen = np.zeros(n, np.int64)
-    for indexes, offsets in bucket.build_bins(samples, config).values():
+    for indexes, offsets, _ in bucket.build_bins(samples, config).values():
         np.add.at(seen, indexes, 1)
         totals = np.add.reduceat(aligned[indexes], offsets[:-1])
         assert totals.max() <= capacity

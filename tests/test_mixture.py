@@ -14,8 +14,9 @@ import pytest
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.packing import PackLimits, pack_samples
 from vlmpack_offline.packing.interleave import interleave, window_deviation
-from vlmpack_offline.packing.mixture import SourceRule, rounds, rules_of, use_counts
+from vlmpack_offline.packing.mixture import SourceRule, copies, rules_of, separate_copies, use_counts
 
 
 def _sources(*sizes: int) -> np.ndarray:
@@ -111,19 +112,55 @@ def test_a_source_with_nothing_packable_is_named_empty():
     assert targets.empty == ("s1",)
 
 
-def test_rounds_keep_copies_of_a_sample_in_separate_rounds():
+def test_copies_spread_each_samples_copies_evenly_over_the_order():
     uses = np.array([0, 1, 2, 3, 1], np.uint32)
-    lengths = np.full(5, 100)
-    out = rounds(uses, lengths, capacity=50)
-    assert [r.tolist() for r in out] == [[1, 2, 3, 4], [2, 3], [3]]
-    for r in out:
-        assert len(set(r.tolist())) == len(r)
+    # keys (j + position / 4) / uses: 1: 0; 2: .125, .625; 3: .167, .5, .833; 4: .75
+    assert copies(uses).tolist() == [1, 2, 3, 3, 2, 4, 3]
+    many = copies(np.full(100, 4, np.uint32))
+    gaps = [np.diff(np.flatnonzero(many == s)).min() for s in range(100)]
+    assert min(gaps) >= 99  # four copies of each, a quarter of the order apart
 
 
-def test_rounds_smaller_than_a_pack_are_packed_together():
-    uses = np.array([5, 5], np.uint32)
-    out = rounds(uses, np.array([10, 10]), capacity=100)  # two 10-token samples, five times each
-    assert [r.tolist() for r in out] == [[0, 1], [0, 0, 0, 0, 1, 1, 1, 1]]
+def test_separate_copies_swaps_a_copy_for_a_sample_of_equal_length_and_keeps_every_pack_total():
+    lengths = np.array([5, 5, 5, 3])
+    indexes = np.array([0, 0, 3, 1, 2, 3])  # pack 0 holds sample 0 twice; pack 1 holds 1, 2, 3
+    offsets = np.array([0, 3, 6])
+    totals = np.add.reduceat(lengths[indexes], offsets[:-1])
+    indexes, offsets, left = separate_copies(indexes, offsets, lengths, PackLimits(capacity=20))
+    assert left == 0
+    for p in range(2):
+        members = indexes[offsets[p] : offsets[p + 1]].tolist()
+        assert len(set(members)) == len(members)
+    assert np.array_equal(np.add.reduceat(lengths[indexes], offsets[:-1]), totals)
+    assert sorted(indexes.tolist()) == [0, 0, 1, 2, 3, 3]
+
+
+def test_copies_with_no_sample_of_their_length_to_trade_with_are_packed_again_apart():
+    lengths = np.array([7, 2])
+    indexes, offsets, left = separate_copies(np.array([0, 0, 1]), np.array([0, 3]), lengths, PackLimits(capacity=16))
+    assert left == 0
+    packs = [indexes[offsets[p] : offsets[p + 1]].tolist() for p in range(len(offsets) - 1)]
+    assert sorted(map(sorted, packs)) == [[0], [0, 1]]  # one more pack: the only way to keep the copies apart
+
+
+def test_packing_every_copy_together_fills_like_distinct_samples():
+    rng = np.random.default_rng(0)
+    # long ones 3x; lengths repeat, as they do at scale (a copy trades with a sample of its length)
+    lengths = np.concatenate([rng.integers(3000, 3030, 300), rng.integers(20, 400, 3000)])
+    uses = np.concatenate([np.full(300, 3), np.ones(3000)]).astype(np.uint32)
+    items = copies(uses)
+    bins = pack_samples(lengths[items], PackLimits(capacity=8192))
+    indexes, offsets, left = separate_copies(items[bins.indexes], bins.offsets, lengths, PackLimits(capacity=8192))
+    assert left == 0 and np.array_equal(np.sort(indexes), np.sort(items))
+    assert len(offsets) == len(bins.offsets)  # separating copies never adds a pack
+    # packing each round of copies apart (short fillers in round 0 only) takes more packs
+    apart = sum(len(pack_samples(lengths[np.flatnonzero(uses > r)], PackLimits(capacity=8192)).offsets) - 1
+                for r in range(3))
+    assert len(offsets) - 1 < apart
+    assert np.add.reduceat(lengths[indexes], offsets[:-1]).max() <= 8192
+    for p in range(len(offsets) - 1):
+        members = indexes[offsets[p] : offsets[p + 1]]
+        assert len(np.unique(members)) == len(members)
 
 
 def test_config_without_sources_is_one_source_used_once():
@@ -198,3 +235,22 @@ def test_window_deviation_is_the_worst_cyclic_window_share():
     worst, window = window_deviation(per_step, np.array([0.75, 0.25]), window=2)
     # windows (cyclic): [1,0]+[0,1] -> .5/.5, [0,1]+[1,0] -> .5/.5, [1,0]+[1,0] -> 1/0, [1,0]+[1,0] -> 1/0
     assert window == 2 and np.allclose(worst, [0.25, 0.25])
+
+
+def test_an_empty_weighted_source_is_named_and_leaves_the_others_their_whole_part():
+    source = _sources(10, 5, 6)
+    eligible = source != 1  # every sample of s1 dropped (overlong, say)
+    rules = _rules(("weight", 1), ("weight", 1), ("repeat", 1))
+    uses, targets = use_counts(source, np.ones(21), eligible, rules, by_tokens=False, epochs=1, seed=0)
+    assert targets.empty == ("s1",)
+    assert _per_source(uses, source, 3) == [10, 0, 6]  # s0 is the whole weighted part, not half of it
+    alone = _rules(("repeat", 1), ("weight", 1))  # the only weighted source is the empty one
+    _, targets = use_counts(_sources(3, 4), np.ones(7), _sources(3, 4) == 0, alone, by_tokens=False, epochs=1,
+                            seed=0)
+    assert targets.empty == ("s1",)
+
+
+def test_sources_given_with_set_resolve_their_shards_against_the_current_directory(tmp_path):
+    config = config_from_dict({}, overrides=("data.sources=[{name: a, wds_dir: shards/a, weight: 1}]",),
+                              override_base=tmp_path)
+    assert config.data.sources[0].wds_dir == str(tmp_path / "shards" / "a")

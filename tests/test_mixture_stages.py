@@ -11,22 +11,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 from megatron.energon import WorkerConfig, get_savable_loader
+from torch.utils.data import DataLoader
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import ConfigError, ShardError
 from vlmpack_offline.inspect_pack import summarize
-from vlmpack_offline.loader import PackEncoder, PackTaskEncoder
+from vlmpack_offline.loader import PackDataset, PackEncoder, PackTaskEncoder
 from vlmpack_offline.loader.task_encoder import train_dataset
 from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.packed_settings import written_mixture
+from vlmpack_offline.packed_settings import written_mixture, written_schedule
 from vlmpack_offline.stages import bucket, plan, scan, verify, write
-from vlmpack_offline.synthetic.shards import generate_source
+from vlmpack_offline.synthetic.shards import FAULT_REASONS, generate_dataset, generate_source
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
 
@@ -39,7 +41,20 @@ def sources(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sources")
     for name, n in SIZES.items():
         generate_source(root / name, KINDS[name], n_samples=n, seed=len(name) + n, samples_per_shard=16)
+    generate_dataset(root / "bad", n_shards=1, samples_per_shard=8, include_faults=True)  # one drop per reason
     return root
+
+
+@pytest.fixture(scope="module")
+def scanned(tmp_path_factory, sources, qwen25_processor_dir) -> Path:
+    """The work_dir of one scan of img / txt / vid: tests copy it, so only weights and packing change."""
+    root = tmp_path_factory.mktemp("scanned")
+    assert scan.run(_config(root, sources, qwen25_processor_dir)).exit_code == 0
+    return root / "work"
+
+
+def _reuse(scanned: Path, root: Path) -> None:
+    shutil.copytree(scanned, root / "work")
 
 
 def _config(root: Path, src: Path, processor: Path, weights: dict[str, float] | None = None, **sections) -> object:
@@ -93,7 +108,7 @@ def _planned_uses(root: Path) -> dict[str, int]:
 
 def test_weights_set_each_sources_count_and_a_new_weighting_reuses_the_scan(tmp_path, sources, qwen25_processor_dir):
     first = _run(_config(tmp_path, sources, qwen25_processor_dir))
-    assert not first["scan"].skipped
+    assert not first["scan"].skipped  # this test scans itself: the others reuse a copy of one scan
     total = sum(SIZES.values())
     for weights in ({"img": 0.5, "txt": 0.3, "vid": 0.2}, {"img": 0.2, "txt": 0.2, "vid": 0.6}):
         config = _config(tmp_path, sources, qwen25_processor_dir, weights)
@@ -118,7 +133,8 @@ def test_weights_set_each_sources_count_and_a_new_weighting_reuses_the_scan(tmp_
 
 
 def test_ids_carry_the_source_name_and_the_manifest_records_each_shards_source(tmp_path, sources,
-                                                                              qwen25_processor_dir):
+                                                                              qwen25_processor_dir, scanned):
+    _reuse(scanned, tmp_path)
     config = _config(tmp_path, sources, qwen25_processor_dir)
     scan.run(config)
     with Manifest(manifest_path(config.work_dir)) as manifest:
@@ -129,7 +145,25 @@ def test_ids_carry_the_source_name_and_the_manifest_records_each_shards_source(t
     assert Counter(i.split("/", 1)[0] for i in ids) == Counter(SIZES)
 
 
-def test_repeat_and_epochs_use_every_sample_as_its_rule_says(tmp_path, sources, qwen25_processor_dir):
+def test_every_scanned_sample_is_used_k_times_or_dropped_with_its_reason_per_source(tmp_path, sources,
+                                                                                   qwen25_processor_dir):
+    weights = {"img": 0.4, "txt": 0.3, "vid": 0.2, "bad": 0.1}
+    config = _config(tmp_path, sources, qwen25_processor_dir, weights, scan={"max_drop_ratio": 1.0})
+    _run(config)
+    rows = {row["name"]: row for row in json.loads((config.work_dir / "stats.json").read_text())["mixture"]["sources"]}
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        scanned = Counter(s.id.split("/", 1)[0] for s in manifest.iter_samples())
+        unread = sum(s.n_unread for s in manifest.shards())
+    for name, row in rows.items():
+        used_or_left_out = sum(row["uses"].values())
+        assert row["scanned"] == sum(row["dropped"].values()) + row["overlong"] + used_or_left_out
+        assert row["scanned"] == scanned[name] + (unread if name == "bad" else 0)
+    assert set(rows["bad"]["dropped"]) >= set(FAULT_REASONS) - {"overlong"}
+    assert not any(rows[name]["dropped"] for name in SIZES)
+
+
+def test_repeat_and_epochs_use_every_sample_as_its_rule_says(tmp_path, sources, qwen25_processor_dir, scanned):
+    _reuse(scanned, tmp_path)
     config = _config(tmp_path, sources, qwen25_processor_dir, plan={"epochs": 2})
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, sources=[
         dataclasses.replace(config.data.sources[0], weight=None, repeat=1.5),
@@ -145,7 +179,8 @@ def test_repeat_and_epochs_use_every_sample_as_its_rule_says(tmp_path, sources, 
     assert verify.run(config).exit_code == 0
 
 
-def test_a_source_with_no_shards_or_nothing_packable_is_one_line_naming_it(tmp_path, sources, qwen25_processor_dir):
+def test_a_source_with_no_shards_or_nothing_packable_is_one_line_naming_it(tmp_path, sources, qwen25_processor_dir,
+                                                                          scanned):
     empty = tmp_path / "empty"
     empty.mkdir()
     config = _config(tmp_path, sources, qwen25_processor_dir)
@@ -157,6 +192,7 @@ def test_a_source_with_no_shards_or_nothing_packable_is_one_line_naming_it(tmp_p
     allowed = dataclasses.replace(config, data=dataclasses.replace(broken, allow_empty_sources=True))
     assert any("source 'none'" in line for line in scan.run(allowed).summary)
 
+    _reuse(scanned, tmp_path / "tiny")
     tiny = _config(tmp_path / "tiny", sources, qwen25_processor_dir, sample={"max_token_len": 200})  # no video fits
     scan.run(tiny)
     with pytest.raises(ConfigError, match="source 'vid' has no sample left to pack"):
@@ -173,7 +209,8 @@ def test_two_sources_listing_one_shard_are_refused_naming_both(tmp_path, sources
         scan.run(dataclasses.replace(config, data=twice))
 
 
-def test_verify_names_a_source_whose_written_count_disagrees_with_the_plan(tmp_path, sources, qwen25_processor_dir):
+def test_verify_names_a_source_whose_written_count_disagrees_with_the_plan(tmp_path, sources, qwen25_processor_dir, scanned):
+    _reuse(scanned, tmp_path)
     config = _config(tmp_path, sources, qwen25_processor_dir)
     _run(config)
     path = config.packed_wds_dir / ".nv-meta" / "vlmpack.json"
@@ -182,3 +219,25 @@ def test_verify_names_a_source_whose_written_count_disagrees_with_the_plan(tmp_p
     path.write_text(json.dumps(document))
     result = verify.run(config)
     assert result.exit_code == 1 and any("source 'img'" in line for line in result.summary)
+
+
+def test_a_balanced_mixture_is_read_in_its_interleaved_order_rotated_per_epoch(tmp_path, sources,
+                                                                              qwen25_processor_dir, scanned):
+    _reuse(scanned, tmp_path)
+    config = _config(tmp_path, sources, qwen25_processor_dir, sample={"max_token_len": 1024},
+                     parallel={"data_parallel_size": 2, "loader_workers": 1})
+    _run(config)
+    schedule = written_schedule(config.packed_wds_dir)
+    assert schedule.step_order == "rotate"
+    encoder = PackEncoder.from_packed_dir(config.packed_wds_dir)
+    n = schedule.packs_per_rank
+    orders = {}
+    for epoch in (0, 1):
+        for rank in (0, 1):
+            dataset = PackDataset(config.packed_wds_dir, encoder, rank=rank, world_size=2)
+            dataset.set_epoch(epoch)
+            orders[epoch, rank] = [b.pack_id - rank * n for b in DataLoader(dataset, batch_size=None)]
+        assert orders[epoch, 0] == orders[epoch, 1]  # both ranks read the same slot at every step
+    first, second = orders[0, 0], orders[1, 0]
+    shift = second.index(first[0])
+    assert second == first[-shift:] + first[:-shift] if shift else second == first  # a rotation of the written order

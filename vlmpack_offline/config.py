@@ -433,10 +433,9 @@ def load_config(path: str | Path, overrides: tuple[str, ...] = ()) -> Config:
         raw = json.loads(json.dumps(raw))
         for keys in PATH_KEYS:
             _resolve_raw_path(raw, keys, path.parent.resolve())
-        sources = raw.get("data", {}).get("sources") if isinstance(raw.get("data"), dict) else None
-        for source in sources if isinstance(sources, list) else ():
-            if isinstance(source, dict) and "wds_dir" in source:  # each source's shards, like data.wds_dir
-                source["wds_dir"] = _resolve_path_value(("data", "wds_dir"), source["wds_dir"], path.parent.resolve())
+        if isinstance(raw.get("data"), dict) and "sources" in raw["data"]:
+            raw["data"]["sources"] = _resolve_path_value(("data", "sources"), raw["data"]["sources"],
+                                                         path.parent.resolve())
     return config_from_dict(raw, source=str(path), overrides=overrides, override_base=Path.cwd())
 
 
@@ -450,6 +449,9 @@ def _resolve_raw_path(raw: dict, keys: tuple[str, ...], base: Path) -> None:
 
 def _resolve_path_value(keys: tuple[str, ...], value: Any, base: Path) -> Any:
     """``value`` with relative local paths made absolute against ``base`` (URLs and hub ids left alone)."""
+    if keys == ("data", "sources") and isinstance(value, list):  # each source's shards, like data.wds_dir
+        return [{**item, "wds_dir": _resolve_path_value(("data", "wds_dir"), item["wds_dir"], base)}
+                if isinstance(item, dict) and "wds_dir" in item else item for item in value]
     if keys not in PATH_KEYS:
         return value
     if isinstance(value, list):

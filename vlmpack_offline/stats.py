@@ -31,6 +31,7 @@ import numpy as np
 from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
 from .packing.alignment import round_up
+from .packing.mixture import uses_text
 
 __all__ = ["PackStats", "PANELS", "MIXTURE_PNG", "compute_stats", "write_stats", "stats_figure", "mixture_figure",
            "read_stats", "stats_paths"]
@@ -91,8 +92,9 @@ class PackStats:
         rows = [(f"mixture (by {mix['by']})", f"share asked / train split / worst {mix['window_steps']}-step window "
                                               f"of {mix['steps']} steps (pp off)")]
         for row in mix["sources"]:
-            uses = ", ".join(f"{n} x{k}" for k, n in row["uses"].items())
-            rows.append((f"  {row['name']}", f"{row['rule']} {row['value']:g}: {row['packed']} packed ({uses or 'none'}); "
+            dropped = sum(row["dropped"].values()) + row["overlong"]
+            rows.append((f"  {row['name']}", f"{row['rule']} {row['value']:g}: {row['scanned']} scanned, "
+                                             f"{dropped} dropped, {row['packed']} packed ({uses_text(row['uses'])}); "
                                              f"{row['asked_share']:.2%} / {row['train_share']:.2%} / "
                                              f"{row['worst_window_deviation'] * 100:.2f}"))
         return rows

@@ -41,10 +41,10 @@ from ..errors import ConfigError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
-from ..packing.mixture import rounds, rules_of, use_counts
+from ..packing.mixture import copies, rules_of, separate_copies, use_counts, uses_text
 from ..reasons import Reason
 from ..stage_result import StageResult
-from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint
+from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint, source_counts
 
 __all__ = ["run", "bins_dir", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
            "read_overlong_ids"]
@@ -67,7 +67,8 @@ def bins_fingerprint(config: Config, manifest_fp: str) -> str:
     payload = {"config": sections, "manifest": manifest_fp}
     if config.data.sources:  # the mixture's rules and the seed of its draws (not the sources' shards: the scan's)
         payload["mixture"] = {"rules": [dataclasses.asdict(r) for r in rules_of(config)], "by": config.data.mix_by,
-                              "epochs": config.plan.epochs, "seed": config.packing.seed}
+                              "epochs": config.plan.epochs, "seed": config.packing.seed,
+                              "allow_empty": config.data.allow_empty_sources}
     return fingerprint(payload)
 
 
@@ -95,12 +96,13 @@ def read_overlong_ids(config: Config) -> list[str]:
 
 
 def build_bins(samples: OkSamples, config: Config,
-               uses: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Pure: group the samples within capacity and pack each group. Returns {group: (indexes, offsets)}.
+               uses: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    """Pure: group the samples within capacity and pack each group.
+    Returns {group: (indexes, offsets, copies left in one pack)}.
 
     Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops).
     ``uses``: how many copies of each sample to pack (``packing/mixture.py``; default: every sample
-    that fits, once); copies go to separate rounds, packed one after the other (``mixture.rounds``)."""
+    that fits, once); copies are packed as distinct samples, then kept apart (``mixture.separate_copies``)."""
     packing = config.packing
     limits = PackLimits(
         capacity=config.sample.max_token_len,
@@ -123,25 +125,24 @@ def build_bins(samples: OkSamples, config: Config,
     uses = fits.astype(np.uint32) if uses is None else uses
     out = {}
     for name, members in groups.items():
-        parts, offsets = [], [np.zeros(1, np.int64)]
-        for chosen in rounds(uses[members], lengths[members], limits.capacity):
-            round_members = members[chosen]
-            bins = pack_samples(
-                lengths[round_members], limits, algorithm=packing.algorithm,
-                media_tokens=samples.media_tokens[round_members],
-            )
-            offsets.append(bins.offsets[1:] + sum(p.size for p in parts))
-            parts.append(round_members[bins.indexes])
-        if parts:
-            out[name] = (np.concatenate(parts).astype(np.int32), np.concatenate(offsets).astype(np.int64))
+        items = members[copies(uses[members])]
+        if items.size == 0:
+            continue
+        bins = pack_samples(lengths[items], limits, algorithm=packing.algorithm,
+                            media_tokens=samples.media_tokens[items])
+        indexes, offsets, together = separate_copies(items[bins.indexes], bins.offsets, lengths, limits,
+                                                      samples.media_tokens)
+        out[name] = (indexes.astype(np.int32), offsets.astype(np.int64), together)
     return out
 
 
-def mixture_uses(samples: OkSamples, config: Config) -> tuple[np.ndarray, np.ndarray, dict]:
+def mixture_uses(samples: OkSamples, config: Config,
+                 scanned: dict[str, dict[str, int]] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """(source code per ok sample, in ``data.source_list`` order), uses per ok sample by the sources' rules (``packing/mixture.py``) and the per-source accounting.
 
     Raises ``ConfigError`` for a source whose rule asks for samples when none is packable, unless
-    ``data.allow_empty_sources``; then its name is in the accounting's ``empty``."""
+    ``data.allow_empty_sources``; then its name is in the accounting's ``empty``. ``scanned``: per source,
+    the scan's sample count and drops by reason (``_ok_samples.source_counts``), copied into the accounting."""
     rules = rules_of(config)
     code_of = {rule.name: i for i, rule in enumerate(rules)}
     unknown = [name for name in samples.source_names if name not in code_of]
@@ -161,8 +162,10 @@ def mixture_uses(samples: OkSamples, config: Config) -> tuple[np.ndarray, np.nda
     for code, rule in enumerate(rules):
         mine = source == code
         counts = np.bincount(uses[mine & fits], minlength=1)
+        scan_row = dict((scanned or {}).get(rule.name, {}))
         record["sources"].append({
             "name": rule.name, "rule": rule.kind, "value": rule.value,
+            "scanned": scan_row.pop("scanned", int(np.count_nonzero(mine))), "dropped": scan_row,
             "available": float(targets.available[code]), "target": float(targets.target[code]),
             "reached": float(targets.used[code]),
             "ok": int(np.count_nonzero(mine)), "overlong": int(np.count_nonzero(mine & ~fits)),
@@ -187,7 +190,7 @@ def run(config: Config) -> StageResult:
         stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
     capacity, alignment = config.sample.max_token_len, config.alignment
-    source, uses, mixture = mixture_uses(samples, config)
+    source, uses, mixture = mixture_uses(samples, config, source_counts(config.work_dir))
     groups = build_bins(samples, config, uses)
     aligned = alignment.aligned(samples.token_len)
     overlong = np.flatnonzero(aligned > capacity).astype(np.int32)
@@ -200,12 +203,12 @@ def run(config: Config) -> StageResult:
     _save(out_dir / "overlong.npy", overlong)
     _write_overlong_report(config, overlong, capacity, alignment.multiple)
     group_meta = []
-    for name, (indexes, offsets) in groups.items():
+    for name, (indexes, offsets, together) in groups.items():
         _save(out_dir / f"{name}.indexes.npy", indexes)
         _save(out_dir / f"{name}.offsets.npy", offsets)
         group_lb = lower_bound(aligned[indexes], capacity)
         group_meta.append({"name": name, "n_samples": int(indexes.size), "n_packs": len(offsets) - 1,
-                           "lower_bound": group_lb})
+                           "lower_bound": group_lb, "copies_together": together})
     n_packs = sum(g["n_packs"] for g in group_meta)
     n_packed = int(uses.sum())  # sub-samples: a sample used twice counts twice
     meta = {
@@ -222,6 +225,10 @@ def run(config: Config) -> StageResult:
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
     if config.data.sources:
         summary += mixture_lines(mixture)
+    together = sum(g["copies_together"] for g in group_meta)
+    if together:
+        summary.append(f"{together} copies share a pack with another copy of their sample: no sample of the same "
+                       "length to trade places with, and too many to pack again apart (packing/mixture.py)")
     if alignment.multiple > 1:
         summary.append(f"aligned for {alignment.describe()}")
     summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
@@ -237,12 +244,13 @@ def mixture_lines(mixture: dict) -> list[str]:
     unit = "tokens" if mixture["by"] == "tokens" else "samples"
     total_target = sum(s["target"] for s in mixture["sources"]) or 1.0
     total_reached = sum(s["reached"] for s in mixture["sources"]) or 1.0
-    lines = [f"mixture by {unit}, {mixture['epochs']} epoch(s): source, rule, ok samples, packed copies "
-             f"(samples by uses), share reached / asked"]
+    lines = [f"mixture by {unit}, {mixture['epochs']} epoch(s): source (rule): scanned, dropped, overlong -> "
+             f"copies packed (samples x uses); share reached / asked"]
     for s in mixture["sources"]:
-        by_uses = ", ".join(f"{n} x{k}" for k, n in s["uses"].items())
-        lines.append(f"  {s['name']} ({s['rule']} {s['value']:g}): {s['ok']} ok, {s['overlong']} overlong -> "
-                     f"{s['packed']} packed ({by_uses or 'none'}); share {s['reached'] / total_reached:.2%} / "
+        by_uses = uses_text(s["uses"])
+        lines.append(f"  {s['name']} ({s['rule']} {s['value']:g}): {s['scanned']} scanned, "
+                     f"{sum(s['dropped'].values())} dropped, {s['overlong']} overlong -> {s['packed']} packed "
+                     f"({by_uses}); share {s['reached'] / total_reached:.2%} / "
                      f"{s['target'] / total_target:.2%}")
     lines += [f"  warning: source {name!r} has no sample left to pack; the others are packed "
               "(data.allow_empty_sources)" for name in mixture["empty"]]

@@ -210,7 +210,8 @@ def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Ma
         what = (
             f"the processor folder changed from {before} to {config.model.processor_path}"
             if before and before != config.model.processor_path
-            else "config data/sample/model/video or the processor folder's files changed"
+            else "config data (its wds_dir, or data.sources' names, shards or template_text_key), model, video or "
+            "the processor folder's files changed; a new weight, repeat or count never rescans"
         )
         raise StaleArtifactError(
             f"{path} was built from other inputs ({what}: {recorded} != {inputs_fp}). "
