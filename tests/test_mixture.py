@@ -192,65 +192,61 @@ def test_two_sources_with_one_name_and_sources_beside_wds_dir_are_refused():
 # -- even mixing over steps -------------------------------------------------------------------------------
 
 
-def _compositions(n: int, n_sources: int, seed: int) -> np.ndarray:
-    """Packs of one dominant source each, with a minority of other sources' samples (a BFD-like mix)."""
+def _units(n: int, n_sources: int, seed: int, mixed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sub-samples (unit, source, amount) of ``n`` units: one source each with uneven amounts (1 to 60 samples,
+    as BFD packs of short and long samples hold), or, ``mixed``, a dominant source and a few of another."""
     rng = np.random.default_rng(seed)
     weights = rng.dirichlet(np.ones(n_sources) * 2)
     dominant = rng.choice(n_sources, n, p=weights)
-    comp = np.zeros((n, n_sources))
-    comp[np.arange(n), dominant] = rng.integers(3, 12, n)
-    comp[np.arange(n), rng.integers(0, n_sources, n)] += rng.integers(0, 4, n)
-    return comp
+    heavy = rng.random(n) < 0.1
+    amount = np.where(heavy, rng.integers(20, 60, n), rng.integers(1, 6, n)).astype(float)
+    unit, source = np.arange(n), dominant
+    if mixed:
+        extra = rng.integers(0, n_sources, n)
+        unit = np.concatenate([unit, np.arange(n)])
+        source = np.concatenate([source, extra])
+        amount = np.concatenate([amount, rng.integers(0, 3, n).astype(float)])
+    return unit, source.astype(np.int16), amount
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_class_holds_its_share_of_any_window_within_two_units_cyclically(seed):
-    comp = _compositions(3000, 6, seed)
-    order = interleave(comp, np.random.default_rng(seed))
+    unit, source, amount = _units(3000, 6, seed, mixed=True)
+    order = interleave(unit, source, amount, 3000, np.random.default_rng(seed))
     assert sorted(order.tolist()) == list(range(3000))
-    dominant = comp.argmax(axis=1)[order]
-    n = len(order)
+    content = np.zeros((3000, 6))
+    np.add.at(content, (unit, source), amount)
+    dominant = content.argmax(axis=1)[order]
     doubled = np.concatenate([dominant, dominant])
     for c in np.unique(dominant):
-        share = np.count_nonzero(dominant == c) / n
+        share = np.count_nonzero(dominant == c) / 3000
         hits = np.concatenate([[0], np.cumsum(doubled == c)])
         for w in (7, 50, 400):
-            counts = hits[w : w + n] - hits[:n]
+            counts = hits[w : w + 3000] - hits[:3000]  # every cyclic window of w units
             assert np.abs(counts - w * share).max() < 2
 
 
+def _steps(order: np.ndarray, unit: np.ndarray, ranks: int) -> np.ndarray:
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    return position[unit] // ranks
+
+
 def test_interleaved_windows_hold_each_source_within_2_pp_where_random_order_does_not():
-    comp = _compositions(8000, 5, 7)  # 8000 packs: 100 steps of 8 ranks is 800 packs
-    asked = comp.sum(axis=0) / comp.sum()
-    per_step = comp[interleave(comp, np.random.default_rng(0))].reshape(-1, 8, 5).sum(axis=1)
-    worst, window = window_deviation(per_step, asked)
-    shuffled = comp[np.random.default_rng(0).permutation(8000)].reshape(-1, 8, 5).sum(axis=1)
-    random_worst, _ = window_deviation(shuffled, asked)
+    n, ranks = 8000, 8  # 100 steps of 8 ranks is 800 packs
+    unit, source, amount = _units(n, 5, 7, mixed=True)
+    asked = np.bincount(source, weights=amount, minlength=5) / amount.sum()
+    order = interleave(unit, source, amount, n, np.random.default_rng(0))
+    worst, window = window_deviation(_steps(order, unit, ranks), source, amount, n // ranks, asked)
+    shuffled = np.random.default_rng(0).permutation(n)
+    random_worst, _ = window_deviation(_steps(shuffled, unit, ranks), source, amount, n // ranks, asked)
     assert window == 100
     assert worst.max() <= 0.02 < random_worst.max()
 
 
 def test_window_deviation_is_the_worst_cyclic_window_share():
-    per_step = np.array([[1, 0], [0, 1], [1, 0], [1, 0]], float)
-    worst, window = window_deviation(per_step, np.array([0.75, 0.25]), window=2)
-    # windows (cyclic): [1,0]+[0,1] -> .5/.5, [0,1]+[1,0] -> .5/.5, [1,0]+[1,0] -> 1/0, [1,0]+[1,0] -> 1/0
+    # four steps holding one sample each: a, b, a, a
+    step, source = np.arange(4), np.array([0, 1, 0, 0], np.int16)
+    worst, window = window_deviation(step, source, np.ones(4), 4, np.array([0.75, 0.25]), window=2)
+    # windows (cyclic): ab -> .5/.5, ba -> .5/.5, aa -> 1/0, aa -> 1/0
     assert window == 2 and np.allclose(worst, [0.25, 0.25])
-
-
-def test_an_empty_weighted_source_is_named_and_leaves_the_others_their_whole_part():
-    source = _sources(10, 5, 6)
-    eligible = source != 1  # every sample of s1 dropped (overlong, say)
-    rules = _rules(("weight", 1), ("weight", 1), ("repeat", 1))
-    uses, targets = use_counts(source, np.ones(21), eligible, rules, by_tokens=False, epochs=1, seed=0)
-    assert targets.empty == ("s1",)
-    assert _per_source(uses, source, 3) == [10, 0, 6]  # s0 is the whole weighted part, not half of it
-    alone = _rules(("repeat", 1), ("weight", 1))  # the only weighted source is the empty one
-    _, targets = use_counts(_sources(3, 4), np.ones(7), _sources(3, 4) == 0, alone, by_tokens=False, epochs=1,
-                            seed=0)
-    assert targets.empty == ("s1",)
-
-
-def test_sources_given_with_set_resolve_their_shards_against_the_current_directory(tmp_path):
-    config = config_from_dict({}, overrides=("data.sources=[{name: a, wds_dir: shards/a, weight: 1}]",),
-                              override_base=tmp_path)
-    assert config.data.sources[0].wds_dir == str(tmp_path / "shards" / "a")

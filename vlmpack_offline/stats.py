@@ -31,6 +31,7 @@ import numpy as np
 from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
 from .packing.alignment import round_up
+from .packing.interleave import StepMix, window_shares
 from .packing.mixture import uses_text
 
 __all__ = ["PackStats", "PANELS", "MIXTURE_PNG", "compute_stats", "write_stats", "stats_figure", "mixture_figure",
@@ -163,9 +164,9 @@ def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, p
                 pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None,
                 pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None,
-                mixture_steps: np.ndarray | None = None) -> None:
-    """stats.png (the ``PANELS``), mixture.png with a mixture (``mixture_steps``: [steps, sources] of the
-    train split, ``packing/interleave.py`` ``per_step``), then stats.json (last: it marks the set complete)."""
+                mixture_steps: StepMix | None = None) -> None:
+    """stats.png (the ``PANELS``), mixture.png with a mixture (``mixture_steps``: the train split's sub-samples
+    by step, ``packing/interleave.py``), then stats.json (last: it marks the set complete)."""
     json_path, png_path = stats_paths(work_dir)
     mixture_png = Path(work_dir) / MIXTURE_PNG
     if stats.mixture and mixture_steps is not None:
@@ -269,7 +270,7 @@ def _step_panel(ax, ratios: dict[str, np.ndarray]) -> None:
     ax.legend(fontsize="small")
 
 
-def mixture_figure(mixture: dict, steps: np.ndarray):
+def mixture_figure(mixture: dict, run: StepMix):
     """One panel per source: its share in each window of ``window_steps`` steps along the run, against the
     share asked (the band is +-2 pp)."""
     import matplotlib
@@ -281,17 +282,15 @@ def mixture_figure(mixture: dict, steps: np.ndarray):
     cols = min(4, len(rows))
     fig = Figure(figsize=(4.5 * cols, 3 * -(-len(rows) // cols)))
     axes = np.atleast_1d(fig.subplots(-(-len(rows) // cols), cols)).reshape(-1)
-    window = max(1, min(int(mixture["window_steps"]), len(steps)))
-    sums = np.concatenate([np.zeros((1, steps.shape[1])), np.cumsum(steps, axis=0)])
-    win = sums[window:] - sums[:-window]
-    totals = win.sum(axis=1)
-    for i, (ax, row) in enumerate(zip(axes, rows, strict=False)):
-        share = np.divide(win[:, i], totals, out=np.zeros(len(totals)), where=totals > 0)
+    window = int(mixture["window_steps"])
+    shares = window_shares(run.step, run.source, run.amount, run.n_steps, len(rows), window)
+    for (_, share), ax, row in zip(shares, axes, rows, strict=False):
+        share = share[:: max(1, len(share) // 2000)]  # at most ~2000 points a panel
         asked = row["asked_share"]
         ax.axhspan(asked - 0.02, asked + 0.02, color="tab:green", alpha=0.15)
         ax.axhline(asked, color="tab:green", linestyle="--", label=f"asked {asked:.2%}")
         ax.plot(share, color="tab:blue", linewidth=1, marker="o" if len(share) < 30 else None, label=f"worst {row['worst_window_deviation'] * 100:.2f} pp off")
-        ax.set(title=f"{row['name']} ({row['rule']} {row['value']:g})", xlabel=f"first step of a {window}-step window",
+        ax.set(title=f"{row['name']} ({row['rule']} {row['value']:g})", xlabel=f"{window}-step windows along the run",
                ylabel=f"share of {mixture['by']}")
         ax.legend(fontsize="small")
     for ax in axes[len(rows):]:

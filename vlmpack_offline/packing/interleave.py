@@ -1,21 +1,26 @@
 """Even mixing over steps: the plan orders packs (or balanced slots) so every source's share holds in every window.
 
 A random order keeps each source's share right on average only: in a window of 100 steps a source
-of weight 0.3 spread over 800 packs drifts by a few percentage points. ``interleave`` orders the
-units (packs, or the balanced schedule's slots of one pack per rank) instead:
+of weight 0.3 drifts by several percentage points. ``interleave`` orders the units (packs, or the
+balanced schedule's slots of one pack per rank) instead:
 
-1. each unit's *class* is the source with most samples (tokens, by ``data.mix_by``) in it;
-2. within a class, units are sorted by that source's share in them and dealt in bit-reversed
-   (van der Corput) order, so any run of consecutive members of a class samples its whole range;
-3. the ``n_c`` units of class ``c`` get the keys ``(i + u_c) / n_c`` (``u_c`` a seeded offset) and
-   all units are sorted by key: every class is spread at a constant stride over the run.
+1. each unit's *class* is the source with the largest amount (samples, or tokens with
+   ``data.mix_by: tokens``) in it;
+2. within a class, units are sorted by their amount and dealt in bit-reversed (van der Corput) order,
+   so any run of consecutive members of a class holds its light and heavy units alike;
+3. the ``n_c`` units of class ``c`` get the keys ``(i + u_c) / n_c`` (``u_c`` a seeded offset) and all
+   units are sorted by key: every class is spread at a constant stride over the run.
 
 Guarantee (3): in any ``w`` consecutive units, class ``c`` holds ``w * n_c / n`` units within
 ``1 + k * n_c / n < 2`` (``k`` classes), cyclically too, so a rotation of the order (``PackDataset``'s
-per-epoch step order, ``schedule.py``) keeps it. A source's share in a window then differs from its
-share of the run by what its units' compositions vary within their class, which (2) evens out; the
-plan measures the result on the run it wrote (``window_deviation``, reported in stats) rather than
-trusting a bound that depends on the data. Balance is untouched: the order moves whole slots.
+per-epoch step order, ``schedule.py``) keeps it. A source's share of a window then differs from its
+share of the run by at most about two of its units' amounts over the window's amount, plus what the
+other sources inside its class's units vary. That floor is the data's: a 100-step window of 100 units
+cannot hold a source to better than about one unit (1 pp by tokens, where packs hold about C tokens
+each; far more by samples, where a pack of short texts holds a hundred samples and a video pack one).
+The plan measures the result on the run it wrote (``window_deviation``, reported by the plan and in
+stats) rather than trusting a bound that depends on the data. Balance is untouched: the order moves
+whole slots.
 """
 
 from __future__ import annotations
@@ -24,29 +29,63 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Mix", "interleave", "per_step", "window_deviation", "WINDOW_STEPS"]
+__all__ = ["Mix", "StepMix", "interleave", "window_deviation", "window_shares", "WINDOW_STEPS"]
 
 WINDOW_STEPS = 100  # the window the issue's "even over steps" is measured on
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Mix:
-    """Each bins pack's content per source, and the share every source was asked for."""
+    """Every packed sub-sample's source and amount, by pack: what ``interleave`` and the window measure read."""
 
-    composition: np.ndarray  # float64 [packs, sources]: samples (or tokens) of each source in each pack
+    pack: np.ndarray  # int64 per sub-sample: its pack (numbering of the arrays it came from)
+    source: np.ndarray  # int16 per sub-sample: index into ``names``
+    amount: np.ndarray  # float64 per sub-sample: 1, or its tokens (data.mix_by)
+    n_packs: int
     names: tuple[str, ...]  # sources, in data.source_list order
     asked: np.ndarray  # float64 [sources]: share of the mixture asked for (targets / their sum)
 
     @classmethod
     def of_packs(cls, source: np.ndarray, tokens: np.ndarray, indexes: np.ndarray, offsets: np.ndarray,
                  names: tuple[str, ...], targets: np.ndarray, by_tokens: bool) -> Mix:
-        n_packs, n_sources = len(offsets) - 1, len(names)
-        pack_of = np.repeat(np.arange(n_packs, dtype=np.int64), np.diff(offsets))
-        weights = tokens[indexes].astype(np.float64) if by_tokens else None
-        flat = np.bincount(pack_of * n_sources + source[indexes], weights=weights, minlength=n_packs * n_sources)
+        n_packs = len(offsets) - 1
         total = float(targets.sum())
-        asked = targets / total if total > 0 else np.zeros(n_sources)
-        return cls(composition=flat.reshape(n_packs, n_sources).astype(np.float64), names=names, asked=asked)
+        return cls(pack=np.repeat(np.arange(n_packs, dtype=np.int64), np.diff(offsets)), source=source[indexes],
+                   amount=tokens[indexes].astype(np.float64) if by_tokens else np.ones(len(indexes)),
+                   n_packs=n_packs, names=names,
+                   asked=targets / total if total > 0 else np.zeros(len(names)))
+
+    def units(self, unit_of_pack: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(unit, source, amount) per sub-sample whose pack is in a unit (``unit_of_pack`` -1: in none)."""
+        unit = unit_of_pack[self.pack]
+        keep = unit >= 0
+        return unit[keep], self.source[keep], self.amount[keep]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepMix:
+    """The train split as written, per sub-sample: the optimizer step that reads it (all ranks together)."""
+
+    step: np.ndarray  # int64 per sub-sample of a scheduled pack
+    source: np.ndarray  # int16
+    amount: np.ndarray  # float64
+    n_steps: int
+
+    @classmethod
+    def of_run(cls, mix: Mix, n_train: int, schedule) -> StepMix:
+        """``mix`` in written order; with a schedule (``schedule.Schedule``) train pack ``r * n + j`` is slot
+        ``j``, read at step ``j // micro_batches_per_step`` (packs in no slot left out); without one a step is
+        one train pack."""
+        step_of_pack = np.full(mix.n_packs, -1, np.int64)
+        if schedule is None:
+            step_of_pack[:n_train] = np.arange(n_train)
+            n_steps = n_train
+        else:
+            n, m = schedule.packs_per_rank, schedule.micro_batches_per_step
+            step_of_pack[: schedule.scheduled] = np.tile(np.arange(n) // m, schedule.data_parallel_size)
+            n_steps = n // m
+        step, source, amount = mix.units(step_of_pack, n_steps)
+        return cls(step=step, source=source, amount=amount, n_steps=n_steps)
 
 
 def _bit_reversed(n: int) -> np.ndarray:
@@ -61,45 +100,59 @@ def _bit_reversed(n: int) -> np.ndarray:
     return rev[rev < n]
 
 
-def interleave(composition: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Pure: an order of the units (rows of ``composition``, [units, sources]) that spreads every source evenly."""
-    n = len(composition)
-    if n == 0:
+def interleave(unit: np.ndarray, source: np.ndarray, amount: np.ndarray, n_units: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """Pure: an order of ``n_units`` units that spreads every source evenly (module doc).
+
+    ``unit``, ``source``, ``amount``: one entry per sub-sample."""
+    if n_units == 0:
         return np.zeros(0, np.int64)
-    dominant = composition.argmax(axis=1)
-    totals = composition.sum(axis=1)
-    share = np.divide(composition[np.arange(n), dominant], totals, out=np.zeros(n), where=totals > 0)
-    keys = np.empty(n, np.float64)
+    n_sources = int(source.max()) + 1 if source.size else 1
+    flat = np.bincount(unit * n_sources + source, weights=amount, minlength=n_units * n_sources)
+    content = flat.reshape(n_units, n_sources)
+    dominant = content.argmax(axis=1)
+    size = content.sum(axis=1)
+    keys = np.empty(n_units, np.float64)
     for c in np.unique(dominant):
         members = np.flatnonzero(dominant == c)
-        by_share = members[np.argsort(share[members], kind="stable")]
-        dealt = np.roll(by_share[_bit_reversed(len(by_share))], int(rng.integers(len(by_share))))
+        by_size = members[np.argsort(size[members], kind="stable")]
+        dealt = np.roll(by_size[_bit_reversed(len(by_size))], int(rng.integers(len(by_size))))
         keys[dealt] = (np.arange(len(dealt)) + rng.random()) / len(dealt)
     return np.argsort(keys, kind="stable")
 
 
-def per_step(train: np.ndarray, schedule) -> np.ndarray:
-    """[steps, sources] from the train packs' rows in written order: with a schedule (``schedule.Schedule``) a
-    step is ``micro_batches_per_step`` slots of every rank (packs in no slot left out); without one, a pack."""
-    if schedule is None:
-        return train
-    d, n, m = schedule.data_parallel_size, schedule.packs_per_rank, schedule.micro_batches_per_step
-    slots = train[: d * n].reshape(d, n, -1).sum(axis=0)
-    return slots.reshape(n // m, m, -1).sum(axis=1)
+def _per_source(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, s: int) -> np.ndarray:
+    mine = source == s
+    return np.bincount(step[mine], weights=amount[mine], minlength=n_steps)
 
 
-def window_deviation(per_step: np.ndarray, asked: np.ndarray, window: int = WINDOW_STEPS) -> tuple[np.ndarray, int]:
-    """Per source, the largest |share in a window of ``window`` consecutive steps - asked share|, over every
-    window of the run read cyclically (a rotated epoch included); and the window used (all steps when fewer).
+def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
+    """Sums of every ``window`` consecutive values, cyclically (window k starts at value k)."""
+    wrapped = np.concatenate([values, values[: window - 1]])
+    sums = np.concatenate([[0.0], np.cumsum(wrapped)])
+    return sums[window : window + len(values)] - sums[: len(values)]
 
-    ``per_step``: [steps, sources], each step's samples (tokens) of each source, all ranks together."""
-    steps = len(per_step)
-    if steps == 0:
+
+def window_shares(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, n_sources: int,
+                  window: int = WINDOW_STEPS):
+    """Yield (source, its share in the window starting at each step) over the run read cyclically; one
+    source at a time, so memory stays a few arrays of ``n_steps`` whatever the number of sources."""
+    window = max(1, min(window, n_steps))
+    totals = _window_sums(np.bincount(step, weights=amount, minlength=n_steps), window)
+    for s in range(n_sources):
+        mine = _window_sums(_per_source(step, source, amount, n_steps, s), window)
+        yield s, np.divide(mine, totals, out=np.zeros(n_steps), where=totals > 0)
+
+
+def window_deviation(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, asked: np.ndarray,
+                     window: int = WINDOW_STEPS) -> tuple[np.ndarray, int]:
+    """Per source, the largest |share in a window of ``window`` consecutive steps - asked share| over every
+    window of the run read cyclically (a rotated epoch included), and the window used (all steps when fewer).
+
+    ``step``, ``source``, ``amount``: one entry per sub-sample of the run (``step`` in [0, n_steps))."""
+    if n_steps == 0:
         return np.zeros(len(asked)), 0
-    window = min(window, steps)
-    wrapped = np.concatenate([per_step, per_step[: window - 1]])
-    sums = np.concatenate([np.zeros((1, per_step.shape[1])), np.cumsum(wrapped, axis=0)])
-    win = sums[window:window + steps] - sums[:steps]
-    totals = win.sum(axis=1, keepdims=True)
-    shares = np.divide(win, totals, out=np.zeros_like(win), where=totals > 0)
-    return np.abs(shares - asked).max(axis=0), window
+    worst = np.zeros(len(asked))
+    for s, share in window_shares(step, source, amount, n_steps, len(asked), window):
+        worst[s] = float(np.abs(share - asked[s]).max())
+    return worst, max(1, min(window, n_steps))

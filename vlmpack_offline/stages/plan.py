@@ -29,7 +29,7 @@ from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
-from ..packing.interleave import Mix, interleave, per_step, window_deviation
+from ..packing.interleave import Mix, StepMix, interleave, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
 from ..schedule import Schedule, balance, step_ratios
@@ -68,11 +68,17 @@ def order_packs(costs: np.ndarray, config: Config,
     val, train = perm[:n_val], perm[n_val:]
     world = config.data_parallel_size
     if not world:
-        return (train if mix is None else train[interleave(mix.composition[train], rng)]), val, None
+        if mix is not None:
+            unit_of_pack = np.full(mix.n_packs, -1, np.int64)
+            unit_of_pack[train] = np.arange(len(train))
+            train = train[interleave(*mix.units(unit_of_pack, len(train)), len(train), rng)]
+        return train, val, None
     parallel = config.parallel
 
     def by_source(slots: np.ndarray) -> np.ndarray:
-        return interleave(mix.composition[train[slots]].sum(axis=1), rng)
+        unit_of_pack = np.full(mix.n_packs, -1, np.int64)
+        unit_of_pack[train[slots]] = np.arange(len(slots))[:, None]
+        return interleave(*mix.units(unit_of_pack, len(slots)), len(slots), rng)
 
     scheduled, rest, schedule = balance(costs[train], world, parallel.micro_batches_per_step,
                                         parallel.loader_workers, rng, slot_order=None if mix is None else by_source)
@@ -191,7 +197,7 @@ def run(config: Config) -> StageResult:
     if mixture is not None:
         written = mix_of(mixture, source, lengths, plan_arrays.sample_index, plan_arrays.pack_offsets)
         meta["mixture"] = mixture_record(mixture, written, n_train, schedule)
-        mixture_steps = per_step(written.composition[:n_train], schedule)
+        mixture_steps = StepMix.of_run(written, n_train, schedule)
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
@@ -230,14 +236,15 @@ def mixture_record(mixture: dict, mix: Mix, n_train: int, schedule: Schedule | N
     """bins' per-source accounting plus what the written train order reached: each source's share of the
     train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
     without a schedule a step is one pack)."""
-    train = mix.composition[:n_train]
-    steps = per_step(train, schedule)
-    worst, window = window_deviation(steps, mix.asked)
-    total = train.sum()
-    record = {**mixture, "window_steps": window, "steps": len(steps), "train_packs": n_train,
+    run = StepMix.of_run(mix, n_train, schedule)
+    worst, window = window_deviation(run.step, run.source, run.amount, run.n_steps, mix.asked)
+    train = mix.pack < n_train
+    per_source = np.bincount(mix.source[train], weights=mix.amount[train], minlength=len(mix.names))
+    total = per_source.sum()
+    record = {**mixture, "window_steps": window, "steps": run.n_steps, "train_packs": n_train,
               "worst_window_deviation": float(worst.max()) if worst.size else 0.0}
     record["sources"] = [
-        {**row, "asked_share": float(mix.asked[i]), "train_share": float(train[:, i].sum() / total) if total else 0.0,
+        {**row, "asked_share": float(mix.asked[i]), "train_share": float(per_source[i] / total) if total else 0.0,
          "worst_window_deviation": float(worst[i])}
         for i, row in enumerate(mixture["sources"])
     ]

@@ -9,7 +9,7 @@ import numpy as np
 from ..config import Config
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
-from ..packing.interleave import per_step
+from ..packing.interleave import StepMix
 from ..plan_file import plan_path, read_plan_arrays, read_plan_meta
 from ..schedule import Schedule, step_ratios
 from ..stage_result import StageResult
@@ -52,7 +52,7 @@ def run(config: Config) -> StageResult:
     if mixture is not None:  # each train step's content per source, from the plan and bucket's source column
         written = mix_of(mixture, np.load(bins / "source.npy"), np.load(bins / "lengths.npy"), plan.sample_index,
                          plan.pack_offsets)
-        steps = per_step(written.composition[: mixture["train_packs"]], schedule)
+        steps = StepMix.of_run(written, mixture["train_packs"], schedule)
     stats = compute_stats(plan.token_len, totals, plan.pack_sizes, int(meta["capacity"]), drops,
                           sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple,
                           pack_costs=plan.cost, step_ratios=ratios, mixture=mixture)
