@@ -48,6 +48,7 @@ from bench_pack import CAPACITY  # benchmarks/ is on sys.path when this script r
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.packing import lower_bound
 from vlmpack_offline.packing.cost import pack_costs
+from vlmpack_offline.packing.interleave import StepMix
 from vlmpack_offline.plan_file import plan_path, write_plan_arrays
 from vlmpack_offline.stages import bucket, plan
 from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
@@ -173,8 +174,8 @@ def bench_one(n: int, k: int, balance: int | None, mixed: bool, mix_by: str, que
                                           samples.token_len, samples.media_tokens, config, costs, mix)
         n_train = int(np.count_nonzero(arrays.split == 0))
         if record is not None:
-            record = plan.mixture_record(record, plan.mix_of(record, source, samples.token_len, arrays.sample_index,
-                                                              arrays.pack_offsets), n_train, schedule)
+            written = plan.mix_of(record, source, samples.token_len, arrays.sample_index, arrays.pack_offsets)
+            record = plan.mixture_record(record, written, StepMix.of_run(written, n_train, schedule), n_train)
         del costs, indexes
         t_plan = time.perf_counter() - t3
         t4 = time.perf_counter()

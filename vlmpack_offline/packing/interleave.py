@@ -107,11 +107,14 @@ def interleave(unit: np.ndarray, source: np.ndarray, amount: np.ndarray, n_units
     ``unit``, ``source``, ``amount``: one entry per sub-sample."""
     if n_units == 0:
         return np.zeros(0, np.int64)
-    n_sources = int(source.max()) + 1 if source.size else 1
-    flat = np.bincount(unit * n_sources + source, weights=amount, minlength=n_units * n_sources)
-    content = flat.reshape(n_units, n_sources)
-    dominant = content.argmax(axis=1)
-    size = content.sum(axis=1)
+    dominant = np.zeros(n_units, np.int64)
+    most = np.full(n_units, -1.0)
+    for s in range(int(source.max()) + 1 if source.size else 0):  # one source at a time: memory O(units)
+        mine = source == s
+        held = np.bincount(unit[mine], weights=amount[mine], minlength=n_units)
+        more = held > most
+        dominant[more], most[more] = s, held[more]
+    size = np.bincount(unit, weights=amount, minlength=n_units)
     keys = np.empty(n_units, np.float64)
     for c in np.unique(dominant):
         members = np.flatnonzero(dominant == c)

@@ -196,8 +196,8 @@ def run(config: Config) -> StageResult:
     mixture_steps = None
     if mixture is not None:
         written = mix_of(mixture, source, lengths, plan_arrays.sample_index, plan_arrays.pack_offsets)
-        meta["mixture"] = mixture_record(mixture, written, n_train, schedule)
         mixture_steps = StepMix.of_run(written, n_train, schedule)
+        meta["mixture"] = mixture_record(mixture, written, mixture_steps, n_train)
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
@@ -232,11 +232,10 @@ def mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexe
                         np.array([r["target"] for r in rows], np.float64), mixture["by"] == "tokens")
 
 
-def mixture_record(mixture: dict, mix: Mix, n_train: int, schedule: Schedule | None) -> dict:
+def mixture_record(mixture: dict, mix: Mix, run: StepMix, n_train: int) -> dict:
     """bins' per-source accounting plus what the written train order reached: each source's share of the
     train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
     without a schedule a step is one pack)."""
-    run = StepMix.of_run(mix, n_train, schedule)
     worst, window = window_deviation(run.step, run.source, run.amount, run.n_steps, mix.asked)
     train = mix.pack < n_train
     per_source = np.bincount(mix.source[train], weights=mix.amount[train], minlength=len(mix.names))
