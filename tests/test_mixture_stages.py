@@ -216,9 +216,12 @@ def test_verify_names_a_source_whose_written_count_disagrees_with_the_plan(tmp_p
     path = config.packed_wds_dir / ".nv-meta" / "vlmpack.json"
     document = json.loads(path.read_text())
     document["mixture"]["sources"][0]["packed"] += 1
+    document["mixture"]["sources"][1]["uses"] = {"1": SIZES["txt"]}  # as if no text sample were left out
     path.write_text(json.dumps(document))
     result = verify.run(config)
-    assert result.exit_code == 1 and any("source 'img'" in line for line in result.summary)
+    assert result.exit_code == 1
+    assert any("source 'img'" in line and "sub-samples packed" in line for line in result.summary)
+    assert any("source 'txt'" in line and "samples by uses" in line for line in result.summary)
 
 
 def test_a_balanced_mixture_is_read_in_its_interleaved_order_rotated_per_epoch(tmp_path, sources,

@@ -201,16 +201,24 @@ def _planned_uses(config: Config, n_ok: int) -> np.ndarray:
     return uses if len(uses) == n_ok else np.ones(n_ok, np.int64)
 
 
-def _mixture_problems(config: Config, seen: Counter[str]) -> list[str]:
-    """Each source's packed sub-samples against what vlmpack.json says the plan realised."""
+def _mixture_problems(config: Config, seen: Counter[str], packable: list[str]) -> list[str]:
+    """Each source's packed sub-samples, and its samples by uses, against what vlmpack.json says the plan
+    realised (``packable``: the ok samples bucket did not drop as overlong)."""
     mixture = written_mixture(config.packed_wds_dir)
     if not mixture:
         return []
     per_source: Counter[str] = Counter()
     for sample_id, n in seen.items():
         per_source[sample_id.split("/", 1)[0]] += n
-    return [f"source {row['name']!r}: {per_source[row['name']]} sub-samples packed, vlmpack.json says {row['packed']}"
-            for row in mixture["sources"] if per_source[row["name"]] != row["packed"]]
+    by_uses: dict[str, Counter[str]] = {}
+    for sample_id in packable:
+        by_uses.setdefault(sample_id.split("/", 1)[0], Counter())[str(seen[sample_id])] += 1
+    problems = [f"source {row['name']!r}: {per_source[row['name']]} sub-samples packed, vlmpack.json says "
+                f"{row['packed']}" for row in mixture["sources"] if per_source[row["name"]] != row["packed"]]
+    problems += [f"source {row['name']!r}: samples by uses {dict(by_uses.get(row['name'], {}))} in the packs, "
+                 f"vlmpack.json says {row['uses']}" for row in mixture["sources"]
+                 if dict(by_uses.get(row["name"], {})) != {k: n for k, n in row["uses"].items() if n}]
+    return problems
 
 
 def run(config: Config) -> StageResult:
@@ -255,7 +263,7 @@ def run(config: Config) -> StageResult:
                             + (f" (planned {planned} times)" if planned != 1 else ""))
         elif got != planned:
             problems.append(f"sample {i!r} is in {got} packs, planned {planned}")
-    problems += _mixture_problems(config, checker.seen)
+    problems += _mixture_problems(config, checker.seen, [i for i in ok_ids if i not in overlong])
     problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
                  if i not in ok_set and i not in overlong]
     planned = range(read_plan_arrays(config.work_dir).n_packs)  # pack ids are 0..P-1; no ids needed
