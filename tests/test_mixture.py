@@ -17,6 +17,7 @@ from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.packing import PackLimits, pack_samples
 from vlmpack_offline.packing.interleave import interleave, window_deviation
 from vlmpack_offline.packing.mixture import SourceRule, copies, rules_of, separate_copies, use_counts
+from vlmpack_offline.schedule import balance, slot_balance
 
 
 def _sources(*sizes: int) -> np.ndarray:
@@ -250,3 +251,17 @@ def test_window_deviation_is_the_worst_cyclic_window_share():
     worst, window = window_deviation(step, source, np.ones(4), 4, np.array([0.75, 0.25]), window=2)
     # windows (cyclic): ab -> .5/.5, ba -> .5/.5, aa -> 1/0, aa -> 1/0
     assert window == 2 and np.allclose(worst, [0.25, 0.25])
+
+
+def test_balanced_slots_of_a_mixture_hold_several_sources_and_stay_as_balanced():
+    costs = np.linspace(100, 100.1, 4096)
+    pack_class = (np.arange(4096) // 16) % 4  # runs of 16 near-equal costs from one source, as a source's packs are
+    plain, _, _ = balance(costs, 8, 1, 1, np.random.default_rng(0))
+    mixed, _, schedule = balance(costs, 8, 1, 1, np.random.default_rng(0), pack_class=pack_class)
+
+    def sources_per_slot(order):
+        table = order.reshape(8, -1)  # [rank, slot]
+        return np.mean([len(set(pack_class[table[:, j]].tolist())) for j in range(table.shape[1])])
+
+    assert sources_per_slot(plain) < 1.5 and sources_per_slot(mixed) > 3
+    assert slot_balance(costs[mixed], schedule).max() <= slot_balance(costs[plain], schedule).max() + 0.002

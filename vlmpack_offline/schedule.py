@@ -110,12 +110,13 @@ _TOLERANCE = 0.002  # a slot whose costliest pack is more than this over its mea
 
 
 def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: int, loader_workers: int,
-            rng: np.random.Generator,
-            slot_order: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, Schedule]:
+            rng: np.random.Generator, slot_order: Callable[[np.ndarray], np.ndarray] | None = None,
+            pack_class: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, Schedule]:
     """Pure: (scheduled, unscheduled, schedule) for packs of ``costs``; ``scheduled`` lists pack numbers
     (indexes into ``costs``) rank-major, ``unscheduled`` the packs left over (module doc, ``_slots``).
 
-    ``slot_order``: given the slots ([n, d] pack numbers), their order (a mixture's interleave); else shuffled."""
+    ``slot_order``: given the slots ([n, d] pack numbers), their order (a mixture's interleave); else shuffled.
+    ``pack_class``: per pack, its source class (a mixture): slots are mixed across classes (``_mix_slots``)."""
     d, m, w = data_parallel_size, micro_batches_per_step, loader_workers
     unit = math.lcm(m, w)
     n = len(costs) // d // unit * unit
@@ -127,6 +128,8 @@ def balance(costs: np.ndarray, data_parallel_size: int, micro_batches_per_step: 
             "parallel.data_parallel_size: null"
         )
     slots, unscheduled = _slots(np.asarray(costs, np.float64), d, n, rng)
+    if pack_class is not None:
+        slots = _mix_slots(slots, np.asarray(costs, np.float64), pack_class)
     order = rng.permutation(n) if slot_order is None else slot_order(slots)
     table = rng.permuted(slots, axis=1)[order]  # [slot, rank]; ranks of a slot shuffled
     schedule = Schedule(data_parallel_size=d, micro_batches_per_step=m, packs_per_rank=n, loader_workers=w,
@@ -159,6 +162,26 @@ def _slots(costs: np.ndarray, d: int, n: int, rng: np.random.Generator) -> tuple
         if _worst(costs, second[0]) <= _worst(costs, slots) + _TOLERANCE:
             keep, (slots, skipped, tail) = again, second
     return slots, np.concatenate([np.flatnonzero(~keep), skipped, tail]).astype(np.int64)
+
+
+_MIX_BLOCK = 8  # slots of near-equal cost whose packs are dealt across classes (_mix_slots)
+
+
+def _mix_slots(slots: np.ndarray, costs: np.ndarray, pack_class: np.ndarray) -> np.ndarray:
+    """``slots`` with the packs of every run of ``_MIX_BLOCK`` consecutive slots (the walk's order: near-equal
+    cost) dealt across their classes, so each slot holds a cross-section of sources instead of one source's
+    packs: a mixture's windows then hold each source more evenly. A run whose costs spread more than
+    ``_TOLERANCE`` keeps its slots, so no slot's balance gets worse than the walk allows."""
+    out = slots.copy()
+    k, d = _MIX_BLOCK, slots.shape[1]
+    for start in range(0, len(slots) - k + 1, k):
+        packs = slots[start : start + k].reshape(-1)
+        block = costs[packs]
+        if block.max() > block.min() * (1 + _TOLERANCE):
+            continue
+        dealt = packs[np.lexsort((block, pack_class[packs]))]  # by class: pack i goes to slot i % k
+        out[start : start + k] = dealt.reshape(d, k).T
+    return out
 
 
 def _worst(costs: np.ndarray, slots: np.ndarray) -> float:

@@ -6,8 +6,9 @@ balanced schedule's slots of one pack per rank) instead:
 
 1. each unit's *class* is the source with the largest amount (samples, or tokens with
    ``data.mix_by: tokens``) in it;
-2. within a class, units are sorted by their amount and dealt in bit-reversed (van der Corput) order,
-   so any run of consecutive members of a class holds its light and heavy units alike;
+2. within a class, units are sorted by their amount of the class's source and dealt in bit-reversed
+   (van der Corput) order, so any run of consecutive members of a class holds its light and heavy
+   units alike;
 3. the ``n_c`` units of class ``c`` get the keys ``(i + u_c) / n_c`` (``u_c`` a seeded offset) and all
    units are sorted by key: every class is spread at a constant stride over the run.
 
@@ -20,7 +21,9 @@ cannot hold a source to better than about one unit (1 pp by tokens, where packs 
 each; far more by samples, where a pack of short texts holds a hundred samples and a video pack one).
 The plan measures the result on the run it wrote (``window_deviation``, reported by the plan and in
 stats) rather than trusting a bound that depends on the data. Balance is untouched: the order moves
-whole slots.
+whole slots. A balanced plan also deals the packs of every few near-equal-cost slots across their
+classes before ordering them (``schedule._mix_slots``), so a slot holds several sources and one
+slot more or less in a window moves each source's share less.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class Mix:
                    amount=tokens[indexes].astype(np.float64) if by_tokens else np.ones(len(indexes)),
                    n_packs=n_packs, names=names,
                    asked=targets / total if total > 0 else np.zeros(len(names)))
+
+    def dominant(self) -> np.ndarray:
+        """Per pack, the source with the largest amount in it (its class)."""
+        return _dominant(self.pack, self.source, self.amount, self.n_packs)[0]
 
     def units(self, unit_of_pack: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(unit, source, amount) per sub-sample whose pack is in a unit (``unit_of_pack`` -1: in none)."""
@@ -100,6 +107,19 @@ def _bit_reversed(n: int) -> np.ndarray:
     return rev[rev < n]
 
 
+def _dominant(unit: np.ndarray, source: np.ndarray, amount: np.ndarray,
+              n_units: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit, its dominant source and that source's amount in it (one source at a time: memory O(units))."""
+    dominant = np.zeros(n_units, np.int64)
+    most = np.zeros(n_units)
+    for s in range(int(source.max()) + 1 if source.size else 0):
+        mine = source == s
+        held = np.bincount(unit[mine], weights=amount[mine], minlength=n_units)
+        more = held > most
+        dominant[more], most[more] = s, held[more]
+    return dominant, most
+
+
 def interleave(unit: np.ndarray, source: np.ndarray, amount: np.ndarray, n_units: int,
                rng: np.random.Generator) -> np.ndarray:
     """Pure: an order of ``n_units`` units that spreads every source evenly (module doc).
@@ -107,19 +127,12 @@ def interleave(unit: np.ndarray, source: np.ndarray, amount: np.ndarray, n_units
     ``unit``, ``source``, ``amount``: one entry per sub-sample."""
     if n_units == 0:
         return np.zeros(0, np.int64)
-    dominant = np.zeros(n_units, np.int64)
-    most = np.full(n_units, -1.0)
-    for s in range(int(source.max()) + 1 if source.size else 0):  # one source at a time: memory O(units)
-        mine = source == s
-        held = np.bincount(unit[mine], weights=amount[mine], minlength=n_units)
-        more = held > most
-        dominant[more], most[more] = s, held[more]
-    size = np.bincount(unit, weights=amount, minlength=n_units)
+    dominant, held = _dominant(unit, source, amount, n_units)
     keys = np.empty(n_units, np.float64)
     for c in np.unique(dominant):
         members = np.flatnonzero(dominant == c)
-        by_size = members[np.argsort(size[members], kind="stable")]
-        dealt = np.roll(by_size[_bit_reversed(len(by_size))], int(rng.integers(len(by_size))))
+        by_held = members[np.argsort(held[members], kind="stable")]
+        dealt = np.roll(by_held[_bit_reversed(len(by_held))], int(rng.integers(len(by_held))))
         keys[dealt] = (np.arange(len(dealt)) + rng.random()) / len(dealt)
     return np.argsort(keys, kind="stable")
 

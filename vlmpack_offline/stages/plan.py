@@ -81,7 +81,8 @@ def order_packs(costs: np.ndarray, config: Config,
         return interleave(*mix.units(unit_of_pack, len(slots)), len(slots), rng)
 
     scheduled, rest, schedule = balance(costs[train], world, parallel.micro_batches_per_step,
-                                        parallel.loader_workers, rng, slot_order=None if mix is None else by_source)
+                                        parallel.loader_workers, rng, slot_order=None if mix is None else by_source,
+                                        pack_class=None if mix is None else mix.dominant()[train])
     return np.concatenate([train[scheduled], train[rest]]), val, schedule
 
 
