@@ -287,7 +287,7 @@ def mixture_figure(mixture: dict, run: StepMix):
     for (_, share), ax, row in zip(shares, axes, rows, strict=False):
         share = share[:: max(1, len(share) // 2000)]  # at most ~2000 points a panel
         asked = row["asked_share"]
-        ax.axhspan(asked - 0.02, asked + 0.02, color="tab:green", alpha=0.15)
+        ax.axhspan(asked - 0.02, asked + 0.02, color="tab:green", alpha=0.15, label="asked +- 2 pp")
         ax.axhline(asked, color="tab:green", linestyle="--", label=f"asked {asked:.2%}")
         ax.plot(share, color="tab:blue", linewidth=1, marker="o" if len(share) < 30 else None, label=f"worst {row['worst_window_deviation'] * 100:.2f} pp off")
         ax.set(title=f"{row['name']} ({row['rule']} {row['value']:g})", xlabel=f"{window}-step windows along the run",
