@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .mixture import source_slices
+
 __all__ = ["Mix", "StepMix", "interleave", "window_deviation", "window_shares", "WINDOW_STEPS"]
 
 WINDOW_STEPS = 100  # the window the issue's "even over steps" is measured on
@@ -112,8 +114,7 @@ def _dominant(unit: np.ndarray, source: np.ndarray, amount: np.ndarray,
     """Per unit, its dominant source and that source's amount in it (one source at a time: memory O(units))."""
     dominant = np.zeros(n_units, np.int64)
     most = np.zeros(n_units)
-    for s in range(int(source.max()) + 1 if source.size else 0):
-        mine = source == s
+    for s, mine in enumerate(source_slices(source, int(source.max()) + 1 if source.size else 0)):
         held = np.bincount(unit[mine], weights=amount[mine], minlength=n_units)
         more = held > most
         dominant[more], most[more] = s, held[more]
@@ -137,11 +138,6 @@ def interleave(unit: np.ndarray, source: np.ndarray, amount: np.ndarray, n_units
     return np.argsort(keys, kind="stable")
 
 
-def _per_source(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, s: int) -> np.ndarray:
-    mine = source == s
-    return np.bincount(step[mine], weights=amount[mine], minlength=n_steps)
-
-
 def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
     """Sums of every ``window`` consecutive values, cyclically (window k starts at value k)."""
     wrapped = np.concatenate([values, values[: window - 1]])
@@ -155,8 +151,8 @@ def window_shares(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_st
     source at a time, so memory stays a few arrays of ``n_steps`` whatever the number of sources."""
     window = max(1, min(window, n_steps))
     totals = _window_sums(np.bincount(step, weights=amount, minlength=n_steps), window)
-    for s in range(n_sources):
-        mine = _window_sums(_per_source(step, source, amount, n_steps, s), window)
+    for s, at in enumerate(source_slices(source, n_sources)):
+        mine = _window_sums(np.bincount(step[at], weights=amount[at], minlength=n_steps), window)
         yield s, np.divide(mine, totals, out=np.zeros(n_steps), where=totals > 0)
 
 

@@ -41,7 +41,7 @@ from ..errors import ConfigError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
-from ..packing.mixture import copies, rules_of, separate_copies, use_counts, uses_text
+from ..packing.mixture import copies, rules_of, separate_copies, source_slices, use_counts, uses_text
 from ..reasons import Reason
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint, source_counts
@@ -130,8 +130,10 @@ def build_bins(samples: OkSamples, config: Config,
             continue
         bins = pack_samples(lengths[items], limits, algorithm=packing.algorithm,
                             media_tokens=samples.media_tokens[items])
-        indexes, offsets, together = separate_copies(items[bins.indexes], bins.offsets, lengths, limits,
-                                                      samples.media_tokens)
+        indexes, offsets, together = items[bins.indexes], bins.offsets, 0
+        if int(uses[members].max(initial=0)) > 1:  # copies to keep apart
+            media = samples.media_tokens if limits.max_media_tokens is not None else None  # trades keep it equal
+            indexes, offsets, together = separate_copies(indexes, offsets, lengths, limits, media)
         out[name] = (indexes.astype(np.int32), offsets.astype(np.int64), together)
     return out
 
@@ -159,16 +161,15 @@ def mixture_uses(samples: OkSamples, config: Config,
                           f"{config.work_dir / 'manifest.jsonl'} and bins/overlong.jsonl), so its share cannot be met; "
                           "fix its data, or set data.allow_empty_sources: true to pack the other sources")
     record = {"by": config.data.mix_by, "epochs": config.plan.epochs, "empty": list(targets.empty), "sources": []}
-    for code, rule in enumerate(rules):
-        mine = source == code
-        counts = np.bincount(uses[mine & fits], minlength=1)
+    for code, (rule, mine) in enumerate(zip(rules, source_slices(source, len(rules)), strict=True)):
+        counts = np.bincount(uses[mine[fits[mine]]], minlength=1)
         scan_row = dict((scanned or {}).get(rule.name, {}))
         record["sources"].append({
             "name": rule.name, "rule": rule.kind, "value": rule.value,
-            "scanned": scan_row.pop("scanned", int(np.count_nonzero(mine))), "dropped": scan_row,
+            "scanned": scan_row.pop("scanned", int(mine.size)), "dropped": scan_row,
             "available": float(targets.available[code]), "target": float(targets.target[code]),
             "reached": float(targets.used[code]),
-            "ok": int(np.count_nonzero(mine)), "overlong": int(np.count_nonzero(mine & ~fits)),
+            "ok": int(mine.size), "overlong": int(np.count_nonzero(~fits[mine])),
             "uses": {str(k): int(n) for k, n in enumerate(counts) if n},  # uses -> samples used that often
             "packed": int(uses[mine].sum()),
             "packed_tokens": int((uses[mine].astype(np.int64) * samples.token_len[mine]).sum()),
