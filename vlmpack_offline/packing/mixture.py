@@ -140,8 +140,9 @@ def use_counts(source: np.ndarray, tokens: np.ndarray, eligible: np.ndarray, rul
 
 
 def uses_text(uses: dict[str, int]) -> str:
-    """An accounting's ``{"0": 172, "1": 228}`` (uses -> samples) as "172 x0, 228 x1", by uses."""
-    return ", ".join(f"{n} x{k}" for k, n in sorted(uses.items(), key=lambda kv: int(kv[0]))) or "none"
+    """An accounting's ``{"0": 172, "1": 200, "2": 28}`` (uses -> samples) as "172 left out, 200 x1, 28 x2"."""
+    parts = [f"{n} left out" if k == "0" else f"{n} x{k}" for k, n in sorted(uses.items(), key=lambda kv: int(kv[0]))]
+    return ", ".join(parts) or "none"
 
 
 def copies(uses: np.ndarray) -> np.ndarray:

@@ -246,12 +246,12 @@ def mixture_lines(mixture: dict) -> list[str]:
     total_target = sum(s["target"] for s in mixture["sources"]) or 1.0
     total_reached = sum(s["reached"] for s in mixture["sources"]) or 1.0
     lines = [f"mixture by {unit}, {mixture['epochs']} epoch(s): source (rule): scanned, dropped, overlong -> "
-             f"copies packed (samples x uses); share reached / asked"]
+             f"copies packed (samples by uses), tokens; share reached / asked"]
     for s in mixture["sources"]:
         by_uses = uses_text(s["uses"])
         lines.append(f"  {s['name']} ({s['rule']} {s['value']:g}): {s['scanned']} scanned, "
                      f"{sum(s['dropped'].values())} dropped, {s['overlong']} overlong -> {s['packed']} packed "
-                     f"({by_uses}); share {s['reached'] / total_reached:.2%} / "
+                     f"({by_uses}), {s['packed_tokens']} tokens; share {s['reached'] / total_reached:.2%} / "
                      f"{s['target'] / total_target:.2%}")
     lines += [f"  warning: source {name!r} has no sample left to pack; the others are packed "
               "(data.allow_empty_sources)" for name in mixture["empty"]]
