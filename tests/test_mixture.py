@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from _largest_remainder import largest_remainder
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import ConfigError
@@ -24,14 +25,6 @@ def _sources(*sizes: int) -> np.ndarray:
     return np.concatenate([np.full(n, code, np.int16) for code, n in enumerate(sizes)])
 
 
-def _largest_remainder(weights: list[float], total: int) -> list[int]:
-    exact = [w / sum(weights) * total for w in weights]
-    floor = [math.floor(x) for x in exact]
-    for i in sorted(range(len(exact)), key=lambda i: -(exact[i] - floor[i]))[: total - sum(floor)]:
-        floor[i] += 1
-    return floor
-
-
 def _rules(*pairs) -> list[SourceRule]:
     return [SourceRule(name=f"s{i}", kind=kind, value=value) for i, (kind, value) in enumerate(pairs)]
 
@@ -41,12 +34,12 @@ def _per_source(uses: np.ndarray, source: np.ndarray, n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("weights", [(0.5, 0.3, 0.2), (0.2, 0.2, 0.6), (1, 1, 1)])
-def test_weights_split_the_mixture_exactly_by_largest_remainder(weights):
+def test_weights_split_the_mixture_exactly_bylargest_remainder(weights):
     source = _sources(300, 50, 120)
     tokens = np.full(source.size, 10)
     uses, _ = use_counts(source, tokens, np.ones(source.size, bool), _rules(*(("weight", w) for w in weights)),
                          by_tokens=False, epochs=1, seed=0)
-    assert _per_source(uses, source, 3) == _largest_remainder(list(weights), source.size)
+    assert _per_source(uses, source, 3) == largest_remainder(list(weights), source.size)
 
 
 def test_down_sampling_leaves_a_seeded_subset_out_and_up_sampling_repeats_whole_passes_first():

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _largest_remainder import largest_remainder
 from megatron.energon import WorkerConfig, get_savable_loader
 from torch.utils.data import DataLoader
 
@@ -77,14 +77,6 @@ def _run(config) -> dict:
     return results
 
 
-def _largest_remainder(weights: list[float], total: int) -> list[int]:
-    exact = [w / sum(weights) * total for w in weights]
-    floor = [math.floor(x) for x in exact]
-    for i in sorted(range(len(exact)), key=lambda i: -(exact[i] - floor[i]))[: total - sum(floor)]:
-        floor[i] += 1
-    return floor
-
-
 def _energon_reads(packed: Path) -> Counter:
     """Sample ids of every train pack megatron-energon's own loader yields in one epoch, with multiplicity."""
     encoder = PackEncoder.from_packed_dir(packed)
@@ -116,7 +108,7 @@ def test_weights_set_each_sources_count_and_a_new_weighting_reuses_the_scan(tmp_
         assert results["scan"].skipped or weights["img"] == 0.5  # the second weighting never rescans
         mixture = written_mixture(config.packed_wds_dir)
         packed = {row["name"]: row["packed"] for row in mixture["sources"]}
-        assert list(packed.values()) == _largest_remainder(list(weights.values()), total)
+        assert list(packed.values()) == largest_remainder(list(weights.values()), total)
         assert verify.run(config).exit_code == 0
         stats = json.loads((config.work_dir / "stats.json").read_text())
         assert [row["name"] for row in stats["mixture"]["sources"]] == list(SIZES)

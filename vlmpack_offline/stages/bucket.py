@@ -156,7 +156,7 @@ def mixture_uses(samples: OkSamples, config: Config,
     fits = config.alignment.aligned(samples.token_len) <= config.sample.max_token_len
     uses, targets = use_counts(source, samples.token_len, fits, rules, by_tokens=config.data.mix_by == "tokens",
                                epochs=config.plan.epochs, seed=config.packing.seed)
-    if targets.empty and not config.data.allow_empty_sources:
+    if targets.empty and config.data.sources and not config.data.allow_empty_sources:  # one source: _checked says it
         raise ConfigError(f"source {targets.empty[0]!r} has no sample left to pack (each was dropped: see "
                           f"{config.work_dir / 'manifest.jsonl'} and bins/overlong.jsonl), so its share cannot be met; "
                           "fix its data, or set data.allow_empty_sources: true to pack the other sources")
