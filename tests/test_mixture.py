@@ -258,3 +258,12 @@ def test_balanced_slots_of_a_mixture_hold_several_sources_and_stay_as_balanced()
 
     assert sources_per_slot(plain) < 1.5 and sources_per_slot(mixed) > 3
     assert slot_balance(costs[mixed], schedule).max() <= slot_balance(costs[plain], schedule).max() + 0.002
+
+
+def test_each_source_reads_its_own_texts_key_and_the_others_the_data_default():
+    config = config_from_dict({"data": {"template_text_key": "texts", "sources": [
+        {"name": "a", "wds_dir": "/a", "template_text_key": "conversation"}, {"name": "b", "wds_dir": "/b"}]}})
+    assert config.data.template_text_key_of("a/part-0.tar") == "conversation"
+    assert config.data.template_text_key_of("b/sub/part-0.tar") == "texts"
+    assert config_from_dict({"data": {"wds_dir": "/x", "template_text_key": "t"}}).data.template_text_key_of("a/p.tar") \
+        == "t"  # one source: every shard, whatever its path
