@@ -63,9 +63,9 @@ from bench_pack import CAPACITY  # benchmarks/ is on sys.path when this script r
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.packing import PackLimits, lower_bound, pack_samples
+from vlmpack_offline.packing.copies import copies, separate_copies
 from vlmpack_offline.packing.cost import pack_costs
 from vlmpack_offline.packing.interleave import StepMix
-from vlmpack_offline.packing.mixture import copies, separate_copies
 from vlmpack_offline.plan_file import plan_path, write_plan_arrays
 from vlmpack_offline.stages import bucket, plan
 from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples

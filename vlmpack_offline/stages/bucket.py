@@ -41,7 +41,8 @@ from ..errors import ConfigError, StaleArtifactError
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
-from ..packing.mixture import copies, rules_of, separate_copies, source_slices, use_counts, uses_text
+from ..packing.copies import copies, separate_copies
+from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
 from ..reasons import Reason
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint, source_counts
@@ -102,7 +103,7 @@ def build_bins(samples: OkSamples, config: Config,
 
     Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops).
     ``uses``: how many copies of each sample to pack (``packing/mixture.py``; default: every sample
-    that fits, once); copies are packed as distinct samples, then kept apart (``mixture.separate_copies``)."""
+    that fits, once); copies are packed as distinct samples, then kept apart (``copies.separate_copies``)."""
     packing = config.packing
     limits = PackLimits(
         capacity=config.sample.max_token_len,
@@ -140,7 +141,8 @@ def build_bins(samples: OkSamples, config: Config,
 
 def mixture_uses(samples: OkSamples, config: Config,
                  scanned: dict[str, dict[str, int]] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(source code per ok sample, in ``data.source_list`` order), uses per ok sample by the sources' rules (``packing/mixture.py``) and the per-source accounting.
+    """(source code per ok sample, in ``data.source_list`` order), uses per ok sample by the sources' rules
+    (``packing/mixture.py``), and the per-source accounting.
 
     Raises ``ConfigError`` for a source whose rule asks for samples when none is packable, unless
     ``data.allow_empty_sources``; then its name is in the accounting's ``empty``. ``scanned``: per source,
@@ -229,7 +231,7 @@ def run(config: Config) -> StageResult:
     together = sum(g["copies_together"] for g in group_meta)
     if together:
         summary.append(f"{together} copies share a pack with another copy of their sample: no sample of the same "
-                       "length to trade places with, and too many to pack again apart (packing/mixture.py)")
+                       "length to trade places with, and too many to pack again apart (packing/copies.py)")
     if alignment.multiple > 1:
         summary.append(f"aligned for {alignment.describe()}")
     summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
