@@ -16,8 +16,8 @@ from _largest_remainder import largest_remainder
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.packing import PackLimits, pack_samples
-from vlmpack_offline.packing.interleave import interleave, window_deviation
 from vlmpack_offline.packing.copies import copies, separate_copies
+from vlmpack_offline.packing.interleave import interleave, window_deviation
 from vlmpack_offline.packing.mixture import SourceRule, rules_of, use_counts
 from vlmpack_offline.schedule import balance, slot_balance
 
