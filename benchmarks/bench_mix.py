@@ -35,8 +35,8 @@ not timed), in rotating order, --repeats times; the tables show the fastest repe
 ``--breakdown`` then times the mixture's pieces (and the same-copies baseline's) one by one, calling them
 the way ``build_bins`` and ``plan.run`` do: uses, per group ``copies`` / ``pack_samples`` /
 ``separate_copies``, validate, pack_costs, ``mix_of``, ``make_plan`` (with ``balance`` and
-``interleave`` timed inside it), the same ``make_plan`` without ``mix``, ``StepMix.of_run`` and
-``mixture_record``.
+``interleave`` timed inside it), the same ``make_plan`` without ``mix``, and ``mixture_record`` (the
+run's steps and the window measure).
 
 Evenness is ``plan.mixture_record``'s: per source, the largest |share of a window of 100 consecutive
 steps - asked share| over every window of the train split read cyclically (a step = one pack
@@ -63,9 +63,9 @@ from bench_pack import CAPACITY  # benchmarks/ is on sys.path when this script r
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.packing import PackLimits, lower_bound, pack_samples
+from vlmpack_offline.packing import interleave as interleave_module
 from vlmpack_offline.packing.copies import copies, separate_copies
 from vlmpack_offline.packing.cost import pack_costs
-from vlmpack_offline.packing.interleave import StepMix
 from vlmpack_offline.plan_file import plan_path, write_plan_arrays
 from vlmpack_offline.stages import bucket, plan
 from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
@@ -220,7 +220,7 @@ def bench_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, queue
         n_train = int(np.count_nonzero(arrays.split == 0))
         if record is not None:
             written = plan.mix_of(record, source, samples.token_len, arrays.sample_index, arrays.pack_offsets)
-            record = plan.mixture_record(record, written, StepMix.of_run(written, n_train, schedule), n_train)
+            record = plan.mixture_record(record, written, schedule, n_train)[0]
         del costs, indexes
         t_plan = time.perf_counter() - t3
         t4 = time.perf_counter()
@@ -263,7 +263,8 @@ class _Clock:
 def breakdown_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, queue) -> None:
     """The pieces of one configuration's bucket + plan, each timed (module doc); puts {piece: seconds} on ``queue``."""
     clock = _Clock()
-    plan.interleave = clock.wrap("  interleave (in make_plan)", plan.interleave)  # this child process only
+    # this child process only: Mix.interleaved looks interleave up in its module, plan looks balance up in its own
+    interleave_module.interleave = clock.wrap("  interleave (in make_plan)", interleave_module.interleave)
     plan.balance = clock.wrap("  balance (in make_plan, interleave included)", plan.balance)
     with tempfile.TemporaryDirectory() as tmp:
         samples, config = _samples_of(mode, n, k, balance, mix_by, Path(tmp))
@@ -311,8 +312,7 @@ def breakdown_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, q
             n_train = int(np.count_nonzero(arrays.split == 0))
             written = clock.time("plan: mix_of (written order)", plan.mix_of, record, source, samples.token_len,
                                  arrays.sample_index, arrays.pack_offsets)
-            run = clock.time("plan: StepMix.of_run", StepMix.of_run, written, n_train, schedule)
-            clock.time("plan: mixture_record", plan.mixture_record, record, written, run, n_train)
+            clock.time("plan: mixture_record", plan.mixture_record, record, written, schedule, n_train)
         clock.time("plan: write_plan_arrays", write_plan_arrays, tmp, arrays, {"bench": True})
     queue.put(clock.seconds)
 
@@ -345,7 +345,7 @@ def _total(r: dict) -> float:
 PIECES = ("mixture_uses", "build_bins: grouping", "build_bins: copies", "build_bins: pack_samples (BFD)",
           "build_bins: separate_copies", "plan: validate", "plan: pack_costs", "plan: mix_of (bins order)",
           "plan: make_plan", "  balance (in make_plan, interleave included)", "  interleave (in make_plan)",
-          "(plan: make_plan without mix, not in the plan)", "plan: mix_of (written order)", "plan: StepMix.of_run",
+          "(plan: make_plan without mix, not in the plan)", "plan: mix_of (written order)",
           "plan: mixture_record", "plan: write_plan_arrays")
 
 

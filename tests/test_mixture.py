@@ -232,9 +232,9 @@ def test_interleaved_windows_hold_each_source_within_2_pp_where_random_order_doe
     unit, source, amount = _units(n, 5, 7, mixed=True)
     asked = np.bincount(source, weights=amount, minlength=5) / amount.sum()
     order = interleave(unit, source, amount, n, np.random.default_rng(0))
-    worst, window = window_deviation(_steps(order, unit, ranks), source, amount, n // ranks, asked)
+    worst, window, _ = window_deviation(_steps(order, unit, ranks), source, amount, n // ranks, asked)
     shuffled = np.random.default_rng(0).permutation(n)
-    random_worst, _ = window_deviation(_steps(shuffled, unit, ranks), source, amount, n // ranks, asked)
+    random_worst, _, _ = window_deviation(_steps(shuffled, unit, ranks), source, amount, n // ranks, asked)
     assert window == 100
     assert worst.max() <= 0.02 < random_worst.max()
 
@@ -242,7 +242,7 @@ def test_interleaved_windows_hold_each_source_within_2_pp_where_random_order_doe
 def test_window_deviation_is_the_worst_cyclic_window_share():
     # four steps holding one sample each: a, b, a, a
     step, source = np.arange(4), np.array([0, 1, 0, 0], np.int16)
-    worst, window = window_deviation(step, source, np.ones(4), 4, np.array([0.75, 0.25]), window=2)
+    worst, window, _ = window_deviation(step, source, np.ones(4), 4, np.array([0.75, 0.25]), window=2)
     # windows (cyclic): ab -> .5/.5, ba -> .5/.5, aa -> 1/0, aa -> 1/0
     assert window == 2 and np.allclose(worst, [0.25, 0.25])
 

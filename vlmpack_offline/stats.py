@@ -31,7 +31,6 @@ import numpy as np
 from .artifacts import atomic_open, atomic_write_text
 from .packing import lower_bound
 from .packing.alignment import round_up
-from .packing.interleave import StepMix, window_shares
 from .packing.mixture import uses_text
 
 __all__ = ["PackStats", "PANELS", "MIXTURE_PNG", "compute_stats", "write_stats", "stats_figure", "mixture_figure",
@@ -164,14 +163,14 @@ def write_stats(work_dir, stats: PackStats, plan_fp: str, lengths: np.ndarray, p
                 pack_groups: np.ndarray | None = None, group_names: tuple[str, ...] = (),
                 pack_sizes: np.ndarray | None = None, drop_lengths: np.ndarray | None = None,
                 pack_costs: np.ndarray | None = None, step_ratios: dict[str, np.ndarray] | None = None,
-                mixture_steps: StepMix | None = None) -> None:
-    """stats.png (the ``PANELS``), mixture.png with a mixture (``mixture_steps``: the train split's sub-samples
-    by step, ``packing/interleave.py``), then stats.json (last: it marks the set complete)."""
+                mixture_series: np.ndarray | None = None) -> None:
+    """stats.png (the ``PANELS``), mixture.png with a mixture (``mixture_series``: each source's share along the
+    run, ``packing/interleave.py`` ``window_deviation``), then stats.json (last: it marks the set complete)."""
     json_path, png_path = stats_paths(work_dir)
     mixture_png = Path(work_dir) / MIXTURE_PNG
-    if stats.mixture and mixture_steps is not None:
+    if stats.mixture and mixture_series is not None:
         with atomic_open(mixture_png, "wb") as handle:
-            mixture_figure(stats.mixture, mixture_steps).savefig(handle, format="png", metadata={"Software": None})
+            mixture_figure(stats.mixture, mixture_series).savefig(handle, format="png", metadata={"Software": None})
     else:
         mixture_png.unlink(missing_ok=True)
     fig = stats_figure(stats, lengths, pack_totals, pack_groups=pack_groups, group_names=group_names,
@@ -270,7 +269,7 @@ def _step_panel(ax, ratios: dict[str, np.ndarray]) -> None:
     ax.legend(fontsize="small")
 
 
-def mixture_figure(mixture: dict, run: StepMix):
+def mixture_figure(mixture: dict, series: np.ndarray):
     """One panel per source: its share in each window of ``window_steps`` steps along the run, against the
     share asked (the band is +-2 pp)."""
     import matplotlib
@@ -283,13 +282,12 @@ def mixture_figure(mixture: dict, run: StepMix):
     fig = Figure(figsize=(4.5 * cols, 3 * -(-len(rows) // cols)))
     axes = np.atleast_1d(fig.subplots(-(-len(rows) // cols), cols)).reshape(-1)
     window = int(mixture["window_steps"])
-    shares = window_shares(run.step, run.source, run.amount, run.n_steps, len(rows), window)
-    for (_, share), ax, row in zip(shares, axes, rows, strict=False):
-        share = share[:: max(1, len(share) // 2000)]  # at most ~2000 points a panel
+    for share, ax, row in zip(series, axes, rows, strict=False):
         asked = row["asked_share"]
         ax.axhspan(asked - 0.02, asked + 0.02, color="tab:green", alpha=0.15, label="asked +- 2 pp")
         ax.axhline(asked, color="tab:green", linestyle="--", label=f"asked {asked:.2%}")
-        ax.plot(share, color="tab:blue", linewidth=1, marker="o" if len(share) < 30 else None, label=f"worst {row['worst_window_deviation'] * 100:.2f} pp off")
+        ax.plot(share, color="tab:blue", linewidth=1, marker="o" if len(share) < 30 else None,
+                label=f"worst {row['worst_window_deviation'] * 100:.2f} pp off")
         ax.set(title=f"{row['name']} ({row['rule']} {row['value']:g})", xlabel=f"{window}-step windows along the run",
                ylabel=f"share of {mixture['by']}")
         ax.legend(fontsize="small")

@@ -34,9 +34,10 @@ import numpy as np
 
 from .mixture import source_slices
 
-__all__ = ["Mix", "StepMix", "interleave", "window_deviation", "window_shares", "WINDOW_STEPS"]
+__all__ = ["Mix", "StepMix", "interleave", "window_deviation", "WINDOW_STEPS"]
 
 WINDOW_STEPS = 100  # the window the issue's "even over steps" is measured on
+_PLOTTED = 2000  # points of each source's share along the run that window_deviation keeps for mixture.png
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,11 +65,18 @@ class Mix:
         """Per pack, the source with the largest amount in it (its class)."""
         return _dominant(self.pack, self.source, self.amount, self.n_packs)[0]
 
-    def units(self, unit_of_pack: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def units(self, unit_of_pack: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(unit, source, amount) per sub-sample whose pack is in a unit (``unit_of_pack`` -1: in none)."""
         unit = unit_of_pack[self.pack]
         keep = unit >= 0
         return unit[keep], self.source[keep], self.amount[keep]
+
+    def interleaved(self, unit_packs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``interleave``'s order of units, unit ``u`` being the packs of row ``u`` of ``unit_packs``
+        ([units, packs per unit]: one train pack each, or the D packs of a balanced slot)."""
+        unit_of_pack = np.full(self.n_packs, -1, np.int64)
+        unit_of_pack[unit_packs] = np.arange(len(unit_packs))[:, None]
+        return interleave(*self.units(unit_of_pack), len(unit_packs), rng)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,7 +101,7 @@ class StepMix:
             n, m = schedule.packs_per_rank, schedule.micro_batches_per_step
             step_of_pack[: schedule.scheduled] = np.tile(np.arange(n) // m, schedule.data_parallel_size)
             n_steps = n // m
-        step, source, amount = mix.units(step_of_pack, n_steps)
+        step, source, amount = mix.units(step_of_pack)
         return cls(step=step, source=source, amount=amount, n_steps=n_steps)
 
 
@@ -145,26 +153,23 @@ def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
     return sums[window : window + len(values)] - sums[: len(values)]
 
 
-def window_shares(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, n_sources: int,
-                  window: int = WINDOW_STEPS):
-    """Yield (source, its share in the window starting at each step) over the run read cyclically; one
-    source at a time, so memory stays a few arrays of ``n_steps`` whatever the number of sources."""
+def window_deviation(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, asked: np.ndarray,
+                     window: int = WINDOW_STEPS) -> tuple[np.ndarray, int, np.ndarray]:
+    """Per source, the largest |share in a window of ``window`` consecutive steps - asked share| over every
+    window of the run read cyclically (a rotated epoch included); the window used (all steps when fewer);
+    and per source its share in every window, thinned to about ``_PLOTTED`` points ([sources, points]:
+    what mixture.png draws, so the shares are computed once).
+
+    ``step``, ``source``, ``amount``: one entry per sub-sample of the run (``step`` in [0, n_steps)). One source
+    at a time, so memory stays a few arrays of ``n_steps`` whatever the number of sources."""
+    if n_steps == 0:
+        return np.zeros(len(asked)), 0, np.zeros((len(asked), 0))
     window = max(1, min(window, n_steps))
     totals = _window_sums(np.bincount(step, weights=amount, minlength=n_steps), window)
-    for s, at in enumerate(source_slices(source, n_sources)):
+    worst, series = np.zeros(len(asked)), []
+    for s, at in enumerate(source_slices(source, len(asked))):
         mine = _window_sums(np.bincount(step[at], weights=amount[at], minlength=n_steps), window)
-        yield s, np.divide(mine, totals, out=np.zeros(n_steps), where=totals > 0)
-
-
-def window_deviation(step: np.ndarray, source: np.ndarray, amount: np.ndarray, n_steps: int, asked: np.ndarray,
-                     window: int = WINDOW_STEPS) -> tuple[np.ndarray, int]:
-    """Per source, the largest |share in a window of ``window`` consecutive steps - asked share| over every
-    window of the run read cyclically (a rotated epoch included), and the window used (all steps when fewer).
-
-    ``step``, ``source``, ``amount``: one entry per sub-sample of the run (``step`` in [0, n_steps))."""
-    if n_steps == 0:
-        return np.zeros(len(asked)), 0
-    worst = np.zeros(len(asked))
-    for s, share in window_shares(step, source, amount, n_steps, len(asked), window):
+        share = np.divide(mine, totals, out=np.zeros(n_steps), where=totals > 0)
         worst[s] = float(np.abs(share - asked[s]).max())
-    return worst, max(1, min(window, n_steps))
+        series.append(share[:: max(1, n_steps // _PLOTTED)])
+    return worst, window, np.array(series)

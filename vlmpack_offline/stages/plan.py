@@ -29,7 +29,7 @@ from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
-from ..packing.interleave import Mix, StepMix, interleave, window_deviation
+from ..packing.interleave import Mix, StepMix, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
 from ..reasons import Reason
 from ..schedule import Schedule, balance, step_ratios
@@ -68,21 +68,12 @@ def order_packs(costs: np.ndarray, config: Config,
     val, train = perm[:n_val], perm[n_val:]
     world = config.data_parallel_size
     if not world:
-        if mix is not None:
-            unit_of_pack = np.full(mix.n_packs, -1, np.int64)
-            unit_of_pack[train] = np.arange(len(train))
-            train = train[interleave(*mix.units(unit_of_pack, len(train)), len(train), rng)]
-        return train, val, None
+        return (train if mix is None else train[mix.interleaved(train[:, None], rng)]), val, None
     parallel = config.parallel
-
-    def by_source(slots: np.ndarray) -> np.ndarray:
-        unit_of_pack = np.full(mix.n_packs, -1, np.int64)
-        unit_of_pack[train[slots]] = np.arange(len(slots))[:, None]
-        return interleave(*mix.units(unit_of_pack, len(slots)), len(slots), rng)
-
-    scheduled, rest, schedule = balance(costs[train], world, parallel.micro_batches_per_step,
-                                        parallel.loader_workers, rng, slot_order=None if mix is None else by_source,
-                                        pack_class=None if mix is None else mix.dominant()[train])
+    scheduled, rest, schedule = balance(
+        costs[train], world, parallel.micro_batches_per_step, parallel.loader_workers, rng,
+        slot_order=None if mix is None else lambda slots: mix.interleaved(train[slots], rng),
+        pack_class=None if mix is None else mix.dominant()[train])
     return np.concatenate([train[scheduled], train[rest]]), val, schedule
 
 
@@ -194,11 +185,10 @@ def run(config: Config) -> StageResult:
         "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }
-    mixture_steps = None
+    mixture_series = None
     if mixture is not None:
         written = mix_of(mixture, source, lengths, plan_arrays.sample_index, plan_arrays.pack_offsets)
-        mixture_steps = StepMix.of_run(written, n_train, schedule)
-        meta["mixture"] = mixture_record(mixture, written, mixture_steps, n_train)
+        meta["mixture"], mixture_series = mixture_record(mixture, written, schedule, n_train)
     ratios = step_ratios(plan_arrays.cost, schedule, config.packing.seed) if schedule else None
     totals = plan_arrays.aligned_pack_totals(alignment.multiple)
     stats = compute_stats(
@@ -212,7 +202,7 @@ def run(config: Config) -> StageResult:
     write_stats(config.work_dir, stats, expected, plan_arrays.token_len, totals,
                 pack_groups=plan_arrays.group, group_names=group_names, pack_sizes=plan_arrays.pack_sizes,
                 drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios,
-                mixture_steps=mixture_steps)
+                mixture_series=mixture_series)
     balance_lines = _balance_lines(plan_arrays, schedule)
     if media_tokens.any() and not patches.any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
@@ -233,11 +223,12 @@ def mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexe
                         np.array([r["target"] for r in rows], np.float64), mixture["by"] == "tokens")
 
 
-def mixture_record(mixture: dict, mix: Mix, run: StepMix, n_train: int) -> dict:
-    """bins' per-source accounting plus what the written train order reached: each source's share of the
-    train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
-    without a schedule a step is one pack)."""
-    worst, window = window_deviation(run.step, run.source, run.amount, run.n_steps, mix.asked)
+def mixture_record(mixture: dict, mix: Mix, schedule: Schedule | None, n_train: int) -> tuple[dict, np.ndarray]:
+    """bins' per-source accounting plus what the written train order (``mix``) reached: each source's share
+    of the train split and its worst share over every window of ``WINDOW_STEPS`` steps (all ranks together;
+    without a schedule a step is one pack); and each source's share along the run, thinned for mixture.png."""
+    run = StepMix.of_run(mix, n_train, schedule)
+    worst, window, series = window_deviation(run.step, run.source, run.amount, run.n_steps, mix.asked)
     train = mix.pack < n_train
     per_source = np.bincount(mix.source[train], weights=mix.amount[train], minlength=len(mix.names))
     total = per_source.sum()
@@ -248,7 +239,7 @@ def mixture_record(mixture: dict, mix: Mix, run: StepMix, n_train: int) -> dict:
          "worst_window_deviation": float(worst[i])}
         for i, row in enumerate(mixture["sources"])
     ]
-    return record
+    return record, series
 
 
 def _balance_lines(plan: PlanArrays, schedule: Schedule | None) -> list[str]:

@@ -9,13 +9,12 @@ import numpy as np
 from ..config import Config
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
-from ..packing.interleave import StepMix
 from ..plan_file import plan_path, read_plan_arrays, read_plan_meta
 from ..schedule import Schedule, step_ratios
 from ..stage_result import StageResult
 from ..stats import PackStats, compute_stats, read_stats, stats_paths, write_stats
 from .bucket import bins_dir
-from .plan import mix_of, plan_fingerprint
+from .plan import mix_of, mixture_record, plan_fingerprint
 
 __all__ = ["run"]
 
@@ -48,16 +47,16 @@ def run(config: Config) -> StageResult:
     totals = plan.aligned_pack_totals(multiple)
     schedule = Schedule.from_record(meta.get("schedule"))
     ratios = step_ratios(plan.cost, schedule, int(meta.get("seed", 0))) if schedule and plan.cost is not None else None
-    mixture, steps = meta.get("mixture"), None
+    mixture, series = meta.get("mixture"), None
     if mixture is not None:  # each train step's content per source, from the plan and bucket's source column
         written = mix_of(mixture, np.load(bins / "source.npy"), np.load(bins / "lengths.npy"), plan.sample_index,
                          plan.pack_offsets)
-        steps = StepMix.of_run(written, mixture["train_packs"], schedule)
+        series = mixture_record(mixture, written, schedule, mixture["train_packs"])[1]
     stats = compute_stats(plan.token_len, totals, plan.pack_sizes, int(meta["capacity"]), drops,
                           sample_groups=np.repeat(plan.group, plan.pack_sizes), multiple=multiple,
                           pack_costs=plan.cost, step_ratios=ratios, mixture=mixture)
     write_stats(config.work_dir, stats, expected, plan.token_len, totals, pack_groups=plan.group,
                 group_names=plan.group_names, pack_sizes=plan.pack_sizes, drop_lengths=drop_lengths,
-                pack_costs=plan.cost, step_ratios=ratios, mixture_steps=steps)
+                pack_costs=plan.cost, step_ratios=ratios, mixture_series=series)
     return StageResult(stage="stats", summary=stats.table_lines(), counts={"packs": stats.packs},
                        seconds=time.perf_counter() - started)
