@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_pack import CAPACITY  # benchmarks/ is on sys.path when this script runs
+from bench_pack import CAPACITY, flat_bins  # benchmarks/ is on sys.path when this script runs
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.packing import PackLimits, lower_bound, pack_samples
@@ -183,17 +183,6 @@ def _samples_of(mode: str, n: int, k: int, balance: int | None, mix_by: str,
     return samples, _config(work_dir, balance, None, mix_by)
 
 
-def _flat_bins(groups: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """build_bins' groups as plan loads them: (indexes, offsets, pack group)."""
-    indexes = np.concatenate([g[0] for g in groups.values()])
-    offsets, pack_group, base = [np.zeros(1, np.int64)], [], 0
-    for code, (_, off, _) in enumerate(groups.values()):
-        offsets.append(off[1:] + base)
-        base += int(off[-1])
-        pack_group.append(np.full(len(off) - 1, code, np.int8))
-    return indexes, np.concatenate(offsets), np.concatenate(pack_group)
-
-
 def bench_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, queue) -> None:
     """One configuration, timed as the stages call it (module doc); puts a dict on ``queue``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,7 +196,7 @@ def bench_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, queue
         groups = bucket.build_bins(samples, config, uses)
         t_bucket = time.perf_counter() - t2
         t3 = time.perf_counter()
-        indexes, offsets, pack_group = _flat_bins(groups)
+        indexes, offsets, pack_group = flat_bins(groups)
         lengths = config.alignment.aligned(samples.token_len)
         overlong = np.flatnonzero(lengths > CAPACITY).astype(np.int32)
         plan.validate(indexes, offsets, lengths, samples.n, CAPACITY, overlong, uses)
@@ -294,7 +283,7 @@ def breakdown_one(n: int, k: int, balance: int | None, mode: str, mix_by: str, q
             got = clock.time("build_bins: separate_copies", separate_copies, items[bins.indexes], bins.offsets,
                              lengths, limits, samples.media_tokens)
             groups[name] = (got[0].astype(np.int32), got[1].astype(np.int64), got[2])
-        indexes, offsets, pack_group = _flat_bins(groups)
+        indexes, offsets, pack_group = flat_bins(groups)
         overlong = np.flatnonzero(lengths > CAPACITY).astype(np.int32)
         clock.time("plan: validate", plan.validate, indexes, offsets, lengths, samples.n, CAPACITY, overlong, uses)
         costs = clock.time("plan: pack_costs", pack_costs, plan.cost_model(config), lengths, samples.encoder_patches,

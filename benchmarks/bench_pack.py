@@ -47,6 +47,17 @@ from vlmpack_offline.stages._ok_samples import MEDIA_TYPES, OkSamples
 CAPACITY = 8192
 
 
+def flat_bins(groups: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """build_bins' groups as plan loads them: (indexes, offsets, pack group)."""
+    indexes = np.concatenate([g[0] for g in groups.values()])
+    offsets, pack_group, base = [np.zeros(1, np.int64)], [], 0
+    for code, (_, off, _) in enumerate(groups.values()):
+        offsets.append(off[1:] + base)
+        base += int(off[-1])
+        pack_group.append(np.full(len(off) - 1, code, np.int8))
+    return indexes, np.concatenate(offsets), np.concatenate(pack_group)
+
+
 def synthetic(n: int, capacity: int, seed: int = 0) -> OkSamples:
     """Lognormal lengths (median C/20, sigma 1), a media-type mix; ids are made by ``_id`` when needed.
 
@@ -83,17 +94,11 @@ def bench_arrays(n: int, balance: int | None, queue) -> None:
         groups = bucket.build_bins(samples, config)
         t_bucket = time.perf_counter() - t1
         t2 = time.perf_counter()
-        indexes = np.concatenate([g[0] for g in groups.values()])
-        offsets, codes, base = [np.zeros(1, np.int64)], [], 0
-        for code, (_, off, _) in enumerate(groups.values()):
-            offsets.append(off[1:] + base)
-            base += int(off[-1])
-            codes.append(np.full(len(off) - 1, code, np.int8))
-        offsets = np.concatenate(offsets)
+        indexes, offsets, codes = flat_bins(groups)
         plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY, np.zeros(0, np.int32))
         costs = pack_costs(plan.cost_model(config), samples.token_len, samples.encoder_patches,
                            samples.encoder_attention, indexes, offsets)
-        arrays, _ = plan.make_plan(indexes, offsets, np.concatenate(codes), tuple(groups), samples.token_len,
+        arrays, _ = plan.make_plan(indexes, offsets, codes, tuple(groups), samples.token_len,
                                    samples.media_tokens, config, costs)
         del costs
         del indexes
