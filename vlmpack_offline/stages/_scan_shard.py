@@ -111,7 +111,6 @@ class ShardScanner:
         self.config = config
         self.budget = config.process.max_seconds_per_sample  # seconds per sample (deadline.py)
         self.counter = make_counter(config)
-        self._text_key = config.data.template_text_key
 
     def scan(self, task: ShardTask) -> ShardOutcome:
         start = time.perf_counter()
@@ -149,7 +148,7 @@ class ShardScanner:
     def _walk(self, task: ShardTask, pending: list[_Pending]) -> None:
         """Read every sample of the shard into ``pending`` (parsed and probed, not yet counted)."""
         seen: set[str] = set()
-        self._text_key = self.config.data.template_text_key_of(task.shard)  # this shard's source's `texts` key
+        text_key = self.config.data.template_text_key_of(task.shard)  # this shard's source's `texts` key
         with open_source(task.path) as handle:
             for seq, raw in enumerate(iter_samples(task.path)):
                 item = _Pending(raw=raw, seq=seq)
@@ -165,7 +164,7 @@ class ShardScanner:
                     started = time.perf_counter()
                     try:
                         with limit(self.budget):
-                            self._prepare(item, handle)
+                            self._prepare(item, handle, text_key)
                     except TooSlow:
                         _too_slow(item, self.budget, "reading its JSON and probing its media")
                     except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's drop
@@ -214,7 +213,7 @@ class ShardScanner:
             _too_slow(item, self.budget, "rendering its chat template and counting its tokens")
             return DropError(item.status, item.error)
 
-    def _prepare(self, item: _Pending, handle) -> None:
+    def _prepare(self, item: _Pending, handle, text_key: str | None) -> None:
         raw = item.raw
         json_member = raw.part("json")
         if json_member is None:
@@ -228,7 +227,7 @@ class ShardScanner:
                 read_range(handle, json_member.offset, json_member.size),
                 key=raw.key,
                 parts=media_parts,
-                template_text_key=self._text_key,
+                template_text_key=text_key,
             )
         except DropError as exc:
             item.status, item.error = exc.reason, str(exc)
