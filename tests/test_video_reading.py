@@ -19,6 +19,7 @@ import pytest
 from vlmpack_offline.config import VideoConfig
 from vlmpack_offline.media import decode_frames, probe_video, sample_video
 from vlmpack_offline.media import video as video_module
+from vlmpack_offline.media import video_meta
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.shards import video_bytes
 
@@ -49,10 +50,11 @@ class _ReaderThatOpensButCannotDecode:
 
 
 def test_a_video_decord_opens_but_cannot_decode_is_read_with_pyav(monkeypatch):
-    monkeypatch.setattr(video_module, "_decord_reader", _ReaderThatOpensButCannotDecode)
-    info = probe_video(CLIP)
+    monkeypatch.setattr(video_module, "decord_reader", _ReaderThatOpensButCannotDecode)  # the loader's decode
+    monkeypatch.setattr(video_meta, "decord_reader", _ReaderThatOpensButCannotDecode)
+    info = probe_video(CLIP, reader="decord")  # decord's count and rate: it opens the clip; the size is the header's
     truth = _all_frames_by_pyav(CLIP)
-    assert info.backend == "pyav" and (info.n_frames, info.height, info.width) == (len(truth), 48, 48)
+    assert info.backend == "decord" and (info.n_frames, info.height, info.width) == (len(truth), 48, 48)
     sampling = sample_video(info, VideoConfig(fps=2.0, min_frames=2, max_frames=8), factor=28)
     frames = decode_frames(CLIP, sampling, resize=False)
     assert np.array_equal(frames, truth[list(sampling.frame_indices)])
@@ -71,8 +73,9 @@ def test_probe_and_decode_equal_pyav_whichever_reader_decodes(size):
     assert np.array_equal(frames, truth[list(sampling.frame_indices)])
 
 
-def test_a_video_neither_reader_opens_is_corrupt_media_with_one_line_per_reader():
+@pytest.mark.parametrize("reader", ["torchcodec", "decord", "pyav"])
+def test_a_video_the_reader_cannot_read_is_corrupt_media_in_one_line_naming_it(reader):
     with pytest.raises(DropError) as caught:
-        probe_video(CLIP[: len(CLIP) // 3])
+        probe_video(CLIP[: len(CLIP) // 3], reader=reader)
     assert caught.value.reason is Reason.CORRUPT_MEDIA
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and f"({reader}: " in str(caught.value)

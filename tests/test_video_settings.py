@@ -263,7 +263,8 @@ def test_video_fields_a_family_never_reads_are_refused(tmp_path, make_config, fa
     ("family", "video", "line"),
     [
         ("internvl", {"max_frames": 8}, "videos (video:, else the folder's settings, else the family's recipe): "
-                                        "fps 2, min_frames 4, max_frames 8, sampler qwen_vl_utils"),
+                                        "fps 2, min_frames 4, max_frames 8, sampler qwen_vl_utils, "
+                                        "reader torchcodec"),
         ("gemma3", {}, "videos: dropped as unsupported_media (gemma3 takes no video)"),
     ],
 )

@@ -185,6 +185,10 @@ class VideoConfig:
     # min_pixels). null: the folder's, else what the installed transformers does by default
     cap_pixels_per_frame: bool | None = None
     max_video_tokens: int | None = None  # the cap's tokens per frame (null: the folder's, else 768)
+    # whose frame count and frame rate sampling follows (they differ on variable-frame-rate and headerless
+    # containers): the reader the training pipeline decodes with. null: torchcodec, the default of transformers'
+    # video loading and qwen-vl-utils' first choice (docs/video-fidelity.md)
+    reader: Literal["torchcodec", "decord", "pyav"] | None = None
 
 
 @dataclass(**_FROZEN)

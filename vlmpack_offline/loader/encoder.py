@@ -153,11 +153,9 @@ class PackEncoder:
                 else:
                     tensors.append(self.media.image(data))
             else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
-                video = probe_video(data, part=ref.part)
-                sampling = sample_for(
-                    self.rules, video, resolve_video(self.config.video, self.rules.video, factor=self.rules.factor),
-                    part=ref.part,
-                )  # fmt: skip
+                settings = resolve_video(self.config.video, self.rules.video, factor=self.rules.factor)
+                video = probe_video(data, reader=settings.reader, part=ref.part)
+                sampling = sample_for(self.rules, video, settings, part=ref.part)
                 infos.append(VideoMedia(sampling=sampling))
                 frames = decode_frames(data, sampling, resize=self.media.resized_frames)
                 tensors.append(self.media.frames(frames, sampling))

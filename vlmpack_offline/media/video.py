@@ -14,12 +14,11 @@ processor folder, then the family recipe ``recipe_video(factor)``)::
          max_pixels above the limit is capped there, as qwen-vl-utils warns)
     (resized_height, resized_width) = transformers' smart_resize(h, w, factor=patch*merge, ...)
 
-Scan counts tokens from the returned ``VideoSampling`` without decoding a pixel
-(beyond one frame for the size); the loader calls ``decode_frames`` with the same
-``VideoSampling``, so both see the same frames at the same size.
-Metadata comes from decord (``VideoReader`` over the bytes); PyAV is the fallback
-when decord cannot open the container or decode its frames (decord 0.6 fails on some
-valid streams, e.g. 48x48 H.264); probe and decode each fall back on their own.
+Scan counts tokens from the returned ``VideoSampling`` without decoding a pixel; the loader calls
+``decode_frames`` with the same ``VideoSampling``, so both see the same frames at the same size.
+The frame count, rate and size are those of ``video.reader`` (``video_meta``: torchcodec by default, the
+reader transformers and qwen-vl-utils decode with). Frames are decoded by decord where it numbers the
+frames as that reader does, else by PyAV (decord 0.6 also fails on some valid streams, e.g. 48x48 H.264).
 """
 
 from __future__ import annotations
@@ -34,18 +33,10 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 
 from ..config import VideoConfig
 from ..reasons import DropError, Reason
+from .video_meta import DEFAULT_READER, VideoInfo, decord_reader, checked, read_video_info
 
 __all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video",
            "frame_pixel_limit", "VIDEO_MAX_TOKEN_NUM"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VideoInfo:
-    n_frames: int  # frames in the container, as decord (or PyAV) counts them
-    native_fps: float  # average frame rate of the container
-    height: int  # decoded frame height in pixels
-    width: int  # decoded frame width in pixels
-    backend: str  # "decord" or "pyav": who read the metadata
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +78,7 @@ def recipe_video(factor: int) -> VideoConfig:
         sampler="qwen_vl_utils",
         cap_pixels_per_frame=installed_frame_cap_default(),
         max_video_tokens=VIDEO_MAX_TOKEN_NUM,
+        reader=DEFAULT_READER,
     )
 
 
@@ -110,60 +102,10 @@ def _filled(video: VideoConfig, factor: int) -> VideoConfig:
     )
 
 
-def _decord_reader(data: bytes):
-    import decord  # imported late: importing it is slow and scan workers may not see videos at all
-
-    return decord.VideoReader(io.BytesIO(data), num_threads=1)
-
-
-def probe_video(data: bytes, *, part: str = "video") -> VideoInfo:
-    """Frame count, fps and frame size; decodes at most the first frame. Errors -> ``corrupt_media``."""
-    try:
-        reader = _decord_reader(data)
-        n_frames = len(reader)
-        fps = float(reader.get_avg_fps())
-        height, width = reader[0].shape[:2] if n_frames else (0, 0)
-    except Exception as decord_exc:  # decord raises its own DECORDError / RuntimeError
-        try:
-            return _checked(_probe_pyav(data), part)
-        except DropError:
-            raise
-        except Exception as exc:
-            raise DropError(
-                Reason.CORRUPT_MEDIA, f"{part}: not a readable video (decord: {_first_line(decord_exc)}; PyAV: {exc})"
-            ) from None
-    return _checked(
-        VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="decord"), part
-    )
-
-
-def _first_line(exc: Exception) -> str:
-    """decord's C++ errors carry a stack trace after the first line."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _probe_pyav(data: bytes) -> VideoInfo:
-    import av
-
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
-        fps = float(stream.average_rate or stream.guessed_rate or 0)
-        n_frames, height, width = 0, 0, 0
-        for frame in container.decode(stream):  # counting by decoding: stream.frames is 0 for some containers
-            if n_frames == 0:
-                height, width = frame.height, frame.width
-            n_frames += 1
-    return VideoInfo(n_frames=n_frames, native_fps=fps, height=height, width=width, backend="pyav")
-
-
-def _checked(info: VideoInfo, part: str) -> VideoInfo:
-    if info.n_frames < 2:
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video has {info.n_frames} frame(s); at least 2 are needed")
-    if not info.native_fps > 0 or not math.isfinite(info.native_fps):
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video reports no usable frame rate ({info.native_fps})")
-    if info.height <= 0 or info.width <= 0:
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video frames have an empty size {info.width}x{info.height}")
-    return info
+def probe_video(data: bytes, *, reader: str = DEFAULT_READER, part: str = "video") -> VideoInfo:
+    """Frame count, fps and frame size as ``reader`` reports them (``video_meta``: header and packet index,
+    no frame decoded). Errors -> ``corrupt_media``."""
+    return read_video_info(data, reader, part=part)
 
 
 def _floor(number: float, factor: int) -> int:
@@ -196,7 +138,7 @@ def sample_video(
     also honour the processor folder's video settings. Raises ``DropError`` (``corrupt_media`` when
     too few frames, ``unsupported_aspect`` past 200:1).
     """
-    info = _checked(info, part)
+    info = checked(info, part)
     video = _filled(video, factor)  # resolved settings (ModelRules.video) pass through unchanged
     if video.sampler == "hf_processor":
         return _sample_hf_qwen3(info, video, factor=factor, temporal_factor=temporal_factor, part=part)
@@ -271,10 +213,16 @@ def _sample_hf_qwen3(
 def decode_frames(data: bytes, sampling: VideoSampling, *, resize: bool = True) -> np.ndarray:
     """The sampled frames as uint8 ``[T, H, W, 3]`` RGB, resized (PIL bicubic) to the sampling's size.
 
-    Uses decord when it opens and decodes the bytes, else PyAV.
+    Frame ``i`` is the ``i``-th in presentation order, as every reader numbers them. decord decodes when it
+    opens the bytes, decodes them and counts the frames the sampling was made from (then its frame ``i`` is
+    the reader's); otherwise PyAV decodes in presentation order (a variable-frame-rate or damaged container
+    decord counts differently, a stream decord cannot decode).
     """
     try:
-        frames = _decord_reader(data).get_batch(list(sampling.frame_indices)).asnumpy()
+        reader = decord_reader(data)
+        if sampling.total_frames and len(reader) != sampling.total_frames:
+            raise ValueError("decord numbers this video's frames differently")
+        frames = reader.get_batch(list(sampling.frame_indices)).asnumpy()
     except Exception:
         frames = _decode_pyav(data, sampling.frame_indices)
     if not resize:

@@ -71,8 +71,8 @@ def probe_media(
         size = image_size(data, part=part)
         media: MediaInfo = ImageMedia(width=size.width, height=size.height)
     elif kind == "video":
-        info = probe_video(data, part=part)
         settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
+        info = probe_video(data, reader=settings.reader, part=part)
         media = VideoMedia(sampling=sample_for(rules, info, settings, part=part))
     else:
         raise ValueError(f"unknown media kind {kind!r}")

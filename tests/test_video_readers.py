@@ -1,0 +1,178 @@
+"""video.reader: the frame count and rate sampling uses are those of the reader the training pipeline decodes with.
+
+The readers disagree where real corpora do: a variable-frame-rate matroska / webm clip is 30 fps to decord
+(the stream's nominal rate) and ~20 fps to torchcodec (frames over the packets' time span); PyAV's header
+has no frame count in matroska / webm at all. The oracle is each reader itself, through transformers' own
+``load_video`` backends (what its processors and qwen-vl-utils call), run in the reference environment with
+torchcodec over PyAV's bundled FFmpeg (``synthetic/torchcodec_env.py``): the metadata must be equal to the
+last bit, and the frames vlmpack decodes at each index equal to the reader's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vlmpack_offline.errors import ConfigError
+from vlmpack_offline.media import decode_frames, probe_video, sample_video
+from vlmpack_offline.media.video import VideoSampling
+from vlmpack_offline.reasons import DropError
+from vlmpack_offline.synthetic.videos import CORPUS, encode
+
+READERS = ("torchcodec", "decord", "pyav")
+CLIPS = {spec.name: spec for spec in CORPUS}
+
+
+@pytest.fixture(scope="module")
+def real_readers(tmp_path_factory):
+    """(folder of the corpus, what transformers' load_video reports per file and reader)."""
+    from vlmpack_offline.synthetic.torchcodec_env import torchcodec_env
+
+    folder = tmp_path_factory.mktemp("corpus")
+    for spec in CORPUS:
+        (folder / f"{spec.name}.{spec.suffix}").write_bytes(encode(spec))
+    oracle = Path(__file__).with_name("_reader_oracle.py")
+    env = torchcodec_env(tmp_path_factory.mktemp("ffmpeg"))
+    done = subprocess.run([sys.executable, str(oracle), str(folder)], env=env, capture_output=True, text=True,
+                          timeout=600, check=True)  # fmt: skip
+    return folder, json.loads(done.stdout)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("reader", READERS)
+def test_frame_count_rate_and_size_equal_the_real_reader(real_readers, reader):
+    folder, reported = real_readers
+    assert all("error" not in reported[name]["torchcodec"] for name in reported), "torchcodec did not load"
+    for spec in CORPUS:
+        name = f"{spec.name}.{spec.suffix}"
+        theirs = reported[name][reader]
+        data = (folder / name).read_bytes()
+        if "error" in theirs and theirs["n"] in (0, None):  # the reader cannot sample it: neither may we count it
+            with pytest.raises(DropError, match=f"{reader} reports 0 frame"):
+                probe_video(data, reader=reader)
+            continue
+        ours = probe_video(data, reader=reader)
+        pairs = [(ours.n_frames, theirs["n"]), (ours.native_fps, theirs["fps"]), (ours.height, theirs["height"]),
+                 (ours.width, theirs["width"])]  # fmt: skip
+        assert all(mine == said for mine, said in pairs if said is not None), (name, reader, pairs)  # a size
+        # decord reports only from decoded frames: none when it cannot decode (a 48x160 H.264 clip)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("reader", READERS)
+def test_the_loader_decodes_the_frames_the_reader_gives_at_each_index(real_readers, reader):
+    """Bit-equal frames: decord decodes where it numbers the frames as the reader does, else PyAV."""
+    folder, reported = real_readers
+    for spec in CORPUS:
+        name = f"{spec.name}.{spec.suffix}"
+        frames_file = folder / f"{name}.{reader}.npy"
+        if not frames_file.exists():  # the reader itself failed (decord on a 48x160 H.264 clip; pyav headerless)
+            continue
+        data = (folder / name).read_bytes()
+        info = probe_video(data, reader=reader)
+        every = VideoSampling(frame_indices=tuple(range(info.n_frames)), resized_height=info.height,
+                              resized_width=info.width, native_fps=info.native_fps, total_frames=info.n_frames)  # fmt: skip
+        assert np.array_equal(decode_frames(data, every, resize=False), np.load(frames_file)), (name, reader)
+
+
+def test_variable_frame_rate_matroska_gets_the_frames_of_the_reader_named():
+    """decord's nominal 30 fps vs torchcodec's 20.15: at qwen-vl-utils' 2 fps that is 6 frames vs 8."""
+    data = encode(CLIPS["mkv_vfr"])
+    by_torchcodec, by_decord = probe_video(data), probe_video(data, reader="decord")
+    assert by_torchcodec.backend == "torchcodec" and by_torchcodec.n_frames == by_decord.n_frames == 90
+    assert round(by_torchcodec.native_fps, 2) == 20.15 and by_decord.native_fps == 30.0
+    from vlmpack_offline.config import VideoConfig
+
+    frames = [sample_video(info, VideoConfig(), factor=28).n_frames for info in (by_torchcodec, by_decord)]
+    assert frames == [8, 6]
+
+
+def test_a_headerless_container_is_recorded_as_unreadable_by_pyav_and_read_by_the_others():
+    data = encode(CLIPS["webm_vp8"])
+    with pytest.raises(DropError, match="pyav reports 0 frame.*matroska / webm") as caught:
+        probe_video(data, reader="pyav")
+    assert caught.value.reason == "corrupt_media"
+    assert probe_video(data, reader="torchcodec").n_frames == probe_video(data, reader="decord").n_frames == 30
+
+
+def test_the_probe_decodes_no_frame(monkeypatch):
+    """Header and packet index only: a decoder that fails on every frame does not stop the probe."""
+    import av
+
+    real_open = av.open
+
+    def no_decoding(*args, **kwargs):
+        container = real_open(*args, **kwargs)
+        for stream in container.streams.video:
+            stream.codec_context.skip_frame = "ALL"  # every frame would decode to nothing
+        return container
+
+    monkeypatch.setattr(av, "open", no_decoding)
+    for spec in CORPUS[:4]:
+        info = probe_video(encode(spec))
+        assert info.n_frames >= 2 and info.width == spec.width
+
+
+def test_a_reader_that_is_not_installed_is_one_config_error(tmp_path, make_config, monkeypatch):
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+    from vlmpack_offline.tokens import load_model_rules
+
+    monkeypatch.setitem(sys.modules, "decord", None)  # import decord -> ImportError
+    config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, "qwen2_5_vl"),
+                         video={"reader": "decord"})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^video.reader = 'decord' reads with decord, which is not installed: "
+                                          r"pip install decord \(decord has wheels for x86_64 only"):  # fmt: skip
+        load_model_rules(config.model, config.video)
+
+
+def test_an_unknown_reader_is_a_config_error(tmp_path, make_config):
+    with pytest.raises(ConfigError, match="video.reader"):
+        make_config(wds_dir="unused", processor_dir=tmp_path, video={"reader": "opencv"})
+
+
+def test_scan_counts_each_reader_and_records_what_one_cannot_read(tmp_path, make_config):
+    """One shard of a VFR matroska clip, a webm and an mp4 clip: the token counts follow the reader named;
+    the matroska / webm clips pyav cannot count are recorded drops and the run goes on."""
+    from vlmpack_offline.stages import scan
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+    from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
+
+    samples = []
+    for name in ("mkv_vfr", "webm_vp8", "mp4_cfr"):
+        spec = CLIPS[name]
+        chat = {"messages": [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What?"}]},
+                             {"role": "assistant", "content": "A gradient."}]}  # fmt: skip
+        chat["messages"][0]["content"][0]["video"] = f"clip.{spec.suffix}"
+        samples.append(SyntheticSample(key=name, json=chat, media={f"clip.{spec.suffix}": encode(spec)}))
+    write_shard(tmp_path / "wds" / "shard-000000.tar", samples)
+    processor = build_processor_dir(tmp_path / "proc", "qwen2_5_vl", video=True)
+    lengths = {}
+    for reader in READERS:
+        work = tmp_path / f"work_{reader}"
+        result = scan.run(make_config(wds_dir=tmp_path / "wds", processor_dir=processor,
+                                      data={"work_dir": str(work)}, video={"reader": reader}))  # fmt: skip
+        lengths[reader] = _lengths(work)
+        assert any(f"reader {reader}" in line for line in result.summary), result.summary
+    assert lengths["torchcodec"]["mkv_vfr"] > lengths["decord"]["mkv_vfr"]  # 8 frames vs 6
+    assert lengths["torchcodec"]["mp4_cfr"] == lengths["decord"]["mp4_cfr"] == lengths["pyav"]["mp4_cfr"]
+    assert _drops(tmp_path / "work_pyav") == {"mkv_vfr": "corrupt_media", "webm_vp8": "corrupt_media"}
+    assert "pyav reports 0 frame(s)" in _rows(tmp_path / "work_pyav")["webm_vp8"]["error"]
+    assert not _drops(tmp_path / "work_torchcodec") and not _drops(tmp_path / "work_decord")
+
+
+def _rows(work: Path) -> dict[str, dict]:
+    rows = [json.loads(line) for line in (work / "manifest.jsonl").read_text().splitlines()]
+    return {row["id"].rsplit("/", 1)[-1]: row for row in rows}
+
+
+def _lengths(work: Path) -> dict[str, int]:
+    return {key: row["token_len"] for key, row in _rows(work).items() if row["status"] == "ok"}
+
+
+def _drops(work: Path) -> dict[str, str]:
+    return {key: row["reason"] for key, row in _rows(work).items() if row["status"] != "ok"}

@@ -1,0 +1,159 @@
+"""A video's frame count, frame rate and frame size as the training pipeline's reader reports them.
+
+Frame sampling turns (frame count, fps) into frames, so the count is exact only when both numbers are the
+ones the training pipeline sees. The readers disagree on variable-frame-rate and headerless containers
+(a matroska clip whose frames come 33 and 66 ms apart: decord says 30 fps, torchcodec 20.5), so
+``video.reader`` names whose numbers to use:
+
+``torchcodec`` (transformers' ``fetch_videos`` default, qwen-vl-utils' first choice; both open
+``VideoDecoder`` in its default ``seek_mode="exact"``). torchcodec scans the container's packets without
+decoding (``SingleStreamDecoder::scan_file_and_update_metadata_and_index``, torchcodec
+``src/torchcodec/_core/SingleStreamDecoder.cpp``; ``get_average_fps`` in ``Metadata.cpp``)::
+
+    packets   the best video stream's, without AV_PKT_FLAG_DISCARD; t = pts, else dts
+    n         = number of packets                                      (metadata.num_frames)
+    fps       = n / (max(t + duration) - min(t)) in seconds            (metadata.average_fps)
+                (seconds = t * time_base.num / time_base.den; the header's avg_frame_rate if that span is 0)
+
+  read here with PyAV's demuxer over the same packets (PyAV bundles its own FFmpeg; torchcodec needs the
+  machine's shared libraries, which a machine may lack).
+
+``decord`` (qwen-vl-utils' second choice): ``len(VideoReader)`` and ``get_avg_fps()``, from decord itself.
+
+``pyav`` (transformers' ``read_video_pyav``, ``video_utils.py``): the stream header's ``frames`` and
+``average_rate``, read by PyAV. Matroska and WebM headers carry no frame count: transformers then sees 0
+frames and cannot sample, so such a video is recorded as unreadable by that reader.
+
+The size is the stream header's coded width and height (no frame is decoded). Scan cost per video is the
+container's header and packet index: no pixel is decoded at scan time.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import ConfigError
+from ..reasons import DropError, Reason
+
+__all__ = ["READERS", "Reader", "VideoInfo", "read_video_info", "check_reader_installed", "checked", "decord_reader"]
+
+Reader = Literal["torchcodec", "decord", "pyav"]
+READERS: tuple[Reader, ...] = ("torchcodec", "decord", "pyav")
+DEFAULT_READER: Reader = "torchcodec"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VideoInfo:
+    n_frames: int  # frames in the container, as the reader counts them
+    native_fps: float  # the reader's average frame rate
+    height: int  # frame height in pixels (the stream header's)
+    width: int  # frame width in pixels
+    backend: str  # the reader whose count and rate these are: torchcodec, decord or pyav
+
+
+def check_reader_installed(reader: str) -> None:
+    """One config error naming what to install when the library that gives ``reader``'s numbers is missing."""
+    module = "decord" if reader == "decord" else "av"  # torchcodec's numbers come from PyAV's demuxer
+    try:
+        __import__(module)
+    except ImportError:
+        where = " (decord has wheels for x86_64 only: video.reader torchcodec or pyav read through PyAV)"
+        raise ConfigError(
+            f"video.reader = {reader!r} reads with {module}, which is not installed: pip install {module}"
+            + (where if module == "decord" else "")
+        ) from None
+
+
+def read_video_info(data: bytes, reader: str = DEFAULT_READER, *, part: str = "video") -> VideoInfo:
+    """``reader``'s frame count, frame rate and the frame size of ``data``; raises ``DropError`` (corrupt_media)
+    with one line naming the reader when it cannot give them."""
+    try:
+        if reader == "decord":
+            info = _decord_info(data)
+        else:
+            info = _pyav_info(data, reader)
+    except DropError:
+        raise
+    except Exception as exc:  # the libraries raise their own error types
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: not a readable video ({reader}: {_first_line(exc)})") from None
+    return checked(info, part)
+
+
+def checked(info: VideoInfo, part: str) -> VideoInfo:
+    """``info`` when sampling can use it, else ``DropError`` saying which number the reader could not give."""
+    if info.n_frames < 2:
+        raise DropError(
+            Reason.CORRUPT_MEDIA, f"{part}: {info.backend} reports {info.n_frames} frame(s); at least 2 are needed"
+            + (" (PyAV reads the count from the header, which matroska / webm do not carry: video.reader "
+               "torchcodec or decord count packets)" if info.backend == "pyav" and info.n_frames == 0 else "")
+        )  # fmt: skip
+    if not info.native_fps > 0 or not math.isfinite(info.native_fps):
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: {info.backend} reports no usable frame rate ({info.native_fps})")
+    if info.height <= 0 or info.width <= 0:
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: video frames have an empty size {info.width}x{info.height}")
+    return info
+
+
+def _first_line(exc: Exception) -> str:
+    """decord's C++ errors carry a stack trace after the first line."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def decord_reader(data: bytes):
+    import decord  # imported late: importing it is slow and scan workers may not see videos at all
+
+    return decord.VideoReader(io.BytesIO(data), num_threads=1)
+
+
+def _decord_info(data: bytes) -> VideoInfo:
+    reader = decord_reader(data)
+    height, width = _header_size(data)
+    return VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=height, width=width,
+                     backend="decord")  # fmt: skip
+
+
+def _header_size(data: bytes) -> tuple[int, int]:
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.best("video")
+        if stream is None:
+            raise ValueError("no video stream")
+        return stream.codec_context.height, stream.codec_context.width
+
+
+def _pyav_info(data: bytes, reader: str) -> VideoInfo:
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        if reader == "pyav":  # read_video_pyav: the first video stream's header
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate) if stream.average_rate else 0.0
+            return VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
+                             width=stream.codec_context.width, backend="pyav")  # fmt: skip
+        stream = container.streams.best("video")  # av_find_best_stream, as torchcodec picks
+        if stream is None:
+            raise ValueError("no video stream")
+        n_frames, begin, end = 0, None, None
+        for packet in container.demux(stream):
+            if packet.pts is None and packet.dts is None and packet.size == 0:
+                continue  # PyAV's end-of-stream flush packet, not one av_read_frame returned
+            if packet.is_discard:
+                continue
+            t = packet.pts if packet.pts is not None else packet.dts
+            if t is None:
+                raise ValueError("a packet without pts or dts")
+            n_frames += 1
+            begin = t if begin is None else min(begin, t)
+            end = t + (packet.duration or 0) if end is None else max(end, t + (packet.duration or 0))
+        fps = float(stream.average_rate) if stream.average_rate else 0.0  # the header's, if the span is 0
+        if n_frames:
+            base = stream.time_base
+            span = float(end) * base.numerator / base.denominator - float(begin) * base.numerator / base.denominator
+            if span != 0.0:
+                fps = n_frames / span
+        return VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
+                         width=stream.codec_context.width, backend="torchcodec")  # fmt: skip
