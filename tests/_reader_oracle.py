@@ -25,9 +25,9 @@ def main(folder: str) -> None:
             continue
         out[path.name] = {}
         for reader in ("torchcodec", "decord", "pyav"):
-            seen = {}
+            seen: dict = {}
 
-            def every_frame(metadata, **_):
+            def every_frame(metadata, seen=seen, **_):
                 seen["metadata"] = metadata
                 return np.arange(metadata.total_num_frames)
 

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 
 from vlmpack_offline.config import VideoConfig
-from vlmpack_offline.media import decode_frames, probe_video, sample_video
+from vlmpack_offline.media import decode_frames, probe_video, sample_video, video_meta
 from vlmpack_offline.media import video as video_module
-from vlmpack_offline.media import video_meta
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.shards import video_bytes
 

@@ -33,7 +33,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 
 from ..config import VideoConfig
 from ..reasons import DropError, Reason
-from .video_meta import DEFAULT_READER, VideoInfo, decord_reader, checked, read_video_info
+from .video_meta import DEFAULT_READER, VideoInfo, checked, decord_reader, read_video_info
 
 __all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video",
            "frame_pixel_limit", "VIDEO_MAX_TOKEN_NUM"]
