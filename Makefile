@@ -76,8 +76,11 @@ test: test-core test-ref docs versions
 test-core: install install-energon
 	$(PY) -m pytest -n 2
 
+# torchcodec (transformers' and qwen-vl-utils' default video reader) loads FFmpeg's shared libraries, which a
+# machine may lack: the reference suite lends it PyAV's bundled ones (vlmpack_offline/synthetic/torchcodec_env.py).
 test-ref: install-ref
-	$(REF_PY) -m pytest -n 2 -m torchvision
+	LD_LIBRARY_PATH="$$($(REF_PY) -m vlmpack_offline.synthetic.torchcodec_env $(REF_VENV)/ffmpeg-libs)" \
+		$(REF_PY) -m pytest -n 2 -m torchvision
 
 versions: install install-ref
 	$(PY) scripts/lock_check.py $(CORE_LOCK) --with $(NODEPS_LOCK)

@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vlmpack_offline.config import VideoConfig
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.media import decode_frames, probe_video, sample_video
 from vlmpack_offline.media.video import VideoSampling
 from vlmpack_offline.reasons import DropError
-from vlmpack_offline.synthetic.videos import CORPUS, encode
+from vlmpack_offline.synthetic.videos import CORPUS, VideoSpec, encode
 
 READERS = ("torchcodec", "decord", "pyav")
 CLIPS = {spec.name: spec for spec in CORPUS}
@@ -86,8 +87,6 @@ def test_variable_frame_rate_matroska_gets_the_frames_of_the_reader_named():
     by_torchcodec, by_decord = probe_video(data), probe_video(data, reader="decord")
     assert by_torchcodec.backend == "torchcodec" and by_torchcodec.n_frames == by_decord.n_frames == 90
     assert round(by_torchcodec.native_fps, 2) == 20.15 and by_decord.native_fps == 30.0
-    from vlmpack_offline.config import VideoConfig
-
     frames = [sample_video(info, VideoConfig(), factor=28).n_frames for info in (by_torchcodec, by_decord)]
     assert frames == [8, 6]
 
@@ -176,3 +175,34 @@ def _lengths(work: Path) -> dict[str, int]:
 
 def _drops(work: Path) -> dict[str, str]:
     return {key: row["reason"] for key, row in _rows(work).items() if row["status"] != "ok"}
+
+
+@pytest.mark.parametrize(
+    ("family", "spec", "dropped"),
+    [
+        ("glm4v", VideoSpec(name="glm_0.2s", seconds=0.2, fps=25), True),  # GLM samples frame 0 twice: 1 distinct
+        ("llava_onevision", VideoSpec(name="llava_short", seconds=1.0, fps=10), True),  # 32 fixed frames of 10
+        ("qwen3_vl", VideoSpec(name="qwen3_odd", seconds=1.4, fps=5), False),  # odd count: the last frame padded
+        ("qwen2_5_vl", VideoSpec(name="qwen25", seconds=2.0, fps=10), False),
+    ],
+)
+def test_pyav_hands_each_frame_once_so_a_sampling_that_repeats_frames_is_a_recorded_drop(
+    tmp_path, make_config, family, spec, dropped
+):
+    """transformers' read_video_pyav keeps an index once; padding to the temporal patch is the processor's own."""
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+    from vlmpack_offline.tokens import load_model_rules
+    from vlmpack_offline.tokens.media_info import probe_media
+
+    config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, family, video=True),
+                         video={"reader": "pyav"})  # fmt: skip
+    rules = load_model_rules(config.model, config.video)
+    data = encode(spec)
+    if dropped:
+        with pytest.raises(DropError, match="pyav reader hands each frame once") as caught:
+            probe_media("video", data, rules=rules, video=config.video)
+        assert caught.value.reason == "unsupported_media"
+        by_torchcodec = load_model_rules(config.model, VideoConfig(reader="torchcodec"))
+        assert probe_media("video", data, rules=by_torchcodec, video=VideoConfig(reader="torchcodec"))
+    else:
+        assert probe_media("video", data, rules=rules, video=config.video).sampling.n_frames >= 2

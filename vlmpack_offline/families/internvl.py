@@ -43,8 +43,19 @@ returns, joined by newlines, where the template renders ``<video>``::
 
 Every frame is one tile, whatever its size (the video processor resizes it to its own ``size``). The
 frames are the shared sampler's (``video:``, then the recipe: 2 fps, 4..768 frames; no pairing, InternVL
-has no temporal patches): the loader hands exactly them to ``InternVLVideoProcessor`` with
-``do_sample_frames=False``, which is what the published InternVL-hf folders say as well. ``Frame1: ``
+has no temporal patches) where the folder's video settings say ``do_sample_frames: false`` (the published
+InternVL-hf folders) or nothing. Where they (or ``model.processor_kwargs``) say ``true``, the frames are the
+ones ``InternVLVideoProcessor.sample_frames`` (transformers 5.24 ``models/internvl/video_processing_internvl.py``)
+picks from the container's frame count and rate, with the folder's ``num_frames`` / ``fps`` / ``initial_shift``
+(``processor_frames.py``, written out there: the module imports torchvision)::
+
+    k = num_frames, else int(n_frames / native_fps * fps);  indices = arange(shift, n_frames, n_frames / k)
+    3 frames at 5 fps, fps 2: k = 1, frame 1 (the shared sampler takes 3)
+
+and a video it refuses (``k`` 0 or above the frame count) is dropped as ``unsupported_media`` naming the rule;
+``video:`` then takes ``sampler`` / ``reader`` alone (``video.sampler: qwen_vl_utils`` keeps the shared sampler).
+Either way the loader hands exactly these frames to ``InternVLVideoProcessor`` with ``do_sample_frames=False``
+(``VideoSampling.frame_indices``). ``Frame1: ``
 joins the text before ``<video>`` in the tokenizer's pre-split (``this:Frame1`` is one piece), so the
 compact text keeps it in place (``compact_text``); the rest of the block lies between special tokens and
 adds ``frames * (image_seq_length + 2)`` tokens plus ``\nFrame{i}: `` for frames 2..n. The count needs
@@ -59,8 +70,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token, vision_patch_size
+from .processor_frames import frame_rule
 
 if TYPE_CHECKING:
+    from ..config import VideoConfig
+    from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
@@ -117,6 +131,8 @@ class InternVLFamily:
             "tile_size": tile,
             "min_tiles": int(low) if low is not None else _DEFAULT_MIN_TILES,
             "max_tiles": int(high) if high is not None else _DEFAULT_MAX_TILES,
+            # InternVLVideoProcessor's own sampling where its settings say do_sample_frames: true (module doc)
+            "frame_rule": frame_rule(path, kwargs, processor="InternVL", internvl=True),
         }
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
@@ -136,6 +152,15 @@ class InternVLFamily:
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
         return None  # any image or frame size: the processors resize into their tiles
+
+    def sample_video(self, rules: ModelRules, info: VideoInfo, video: VideoConfig, *, part: str) -> VideoSampling:
+        """The frames ``InternVLVideoProcessor.sample_frames`` picks where the folder says ``do_sample_frames:
+        true`` (``video.sampler`` then ``hf_processor``), else the shared sampler's, as before (module doc)."""
+        if rules.frame_rule is not None and video.sampler == "hf_processor":
+            return rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)
+        from ..media import sample_video
+
+        return sample_video(info, video, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
 
     def tiles(self, rules: ModelRules, media: MediaInfo) -> int:
         """Tiles (thumbnail included) the image processor makes of this image."""
@@ -167,9 +192,13 @@ class InternVLFamily:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
         if rules.max_tiles <= 1:
-            return f"{rules.tokens_per_image} tokens per image, one {height}x{width} tile"
-        return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
-                f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
+            text = f"{rules.tokens_per_image} tokens per image, one {height}x{width} tile"
+        else:
+            text = (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
+                    f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
+        if rules.frame_rule is not None and rules.video is not None and rules.video.sampler == "hf_processor":
+            text += f"; videos: {rules.frame_rule.describe()}"
+        return text
 
 
 INTERNVL = InternVLFamily()

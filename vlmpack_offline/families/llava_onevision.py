@@ -47,6 +47,19 @@ count) every video gets ``max_frames`` this way: the model takes a pack's videos
 ``[videos, frames, ...]`` tensor, so they must share a frame count. A pack whose videos still differ
 (a ``video:`` with ``min_frames < max_frames``) is refused by the loader (``concat_vision_inputs``),
 not padded.
+
+Where the folder's video settings (or ``model.processor_kwargs``) say ``do_sample_frames: true``, the frames
+are the ones the video processor samples itself instead: ``BaseVideoProcessor.sample_frames`` (transformers
+5.24 ``video_processing_utils.py``; ``video_processing_llava_onevision.py`` does not override it), called on
+the container's ``VideoMetadata`` (``processor_frames.py``)::
+
+    k = num_frames, else max(1, int(n_frames / native_fps * fps)), else every frame;  indices = arange(k) * n_frames // k
+    10 frames at 5 fps, fps 2: frames 0 2 5 7
+
+A video with fewer frames than ``k`` is dropped as ``unsupported_media`` naming the rule; a folder with both
+``num_frames`` and ``fps`` (refused by the processor for every video) and any ``video:`` field but ``sampler`` /
+``reader`` are config errors (``video.sampler: qwen_vl_utils`` keeps the recipe above). With ``fps``, videos of
+other lengths get other frame counts, which the loader refuses in one pack (above).
 """
 
 from __future__ import annotations
@@ -65,6 +78,7 @@ import numpy as np
 from ..config import VideoConfig
 from ..errors import ConfigError
 from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token
+from .processor_frames import frame_rule
 
 if TYPE_CHECKING:
     from ..media import VideoInfo, VideoSampling
@@ -170,6 +184,8 @@ class LlavaOnevisionFamily:
             "vision_aspect_ratio": aspect,
             "feature_select_strategy": str(first_setting((kwargs, processor), "vision_feature_select_strategy") or ""),
             "temporal_patch_size": 1,  # the video processor takes any frame count
+            # LlavaOnevisionVideoProcessor's own sampling where its settings say do_sample_frames: true (module doc)
+            "frame_rule": frame_rule(path, kwargs, processor="LLaVA-OneVision", internvl=False),
         }
 
     def special_tokens(self, tokenizer) -> SpecialTokens:
@@ -183,10 +199,14 @@ class LlavaOnevisionFamily:
         return None  # any image size and frame count: the processors resize to the tile size
 
     def sample_video(self, rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str) -> VideoSampling:
-        """The shared sampler's frames (``video:``; they depend on the frame count and rate alone). The size it
-        picks is not used: the video processor resizes every frame to the tile size and the loader hands it the
-        frames as decoded. So the sampler is asked about a tile-sized frame, and a video past 200:1 is not
-        refused for a resize that never happens."""
+        """The frames ``LlavaOnevisionVideoProcessor`` samples itself where its settings say ``do_sample_frames:
+        true`` (``video.sampler`` then ``hf_processor``; ``processor_frames``), else the shared sampler's (``video:``;
+        they depend on the frame count and rate alone). The size the shared sampler picks is not used: the video
+        processor resizes every frame to the tile size and the loader hands it the frames as decoded. So the
+        sampler is asked about a tile-sized frame, and a video past 200:1 is not refused for a resize that never
+        happens."""
+        if rules.frame_rule is not None and settings.sampler == "hf_processor":  # the processor's own frames
+            return rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)
         from ..media import sample_video
 
         height, width = rules.tile_size
@@ -236,9 +256,12 @@ class LlavaOnevisionFamily:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
         multi = rules.tokens_per_image + 1 - (rules.feature_select_strategy == "default")
-        return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, {rules.vision_aspect_ratio} "
+        text = (f"{rules.tokens_per_image} tokens per {height}x{width} tile, {rules.vision_aspect_ratio} "
                 f"over {len(rules.grid_pinpoints)} grids for a lone image, {multi} per image "
                 "of a multi-image sample")  # fmt: skip
+        if rules.frame_rule is not None and rules.video is not None and rules.video.sampler == "hf_processor":
+            text += f"; videos: {rules.frame_rule.describe()}"
+        return text
 
 
 LLAVA_ONEVISION = LlavaOnevisionFamily()

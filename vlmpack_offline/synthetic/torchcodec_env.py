@@ -4,9 +4,10 @@ torchcodec loads FFmpeg's shared libraries (``libavcodec.so.62`` ...) by their p
 wheel ships none, and a machine may have none installed. PyAV's wheel bundles FFmpeg under names auditwheel
 made unique (``av.libs/libavcodec-5e6b81c2.so.62.28.102``). ``ffmpeg_library_dir`` links those under their
 plain names in a folder, and ``torchcodec_env`` is the environment a subprocess needs to load them
-(``LD_LIBRARY_PATH`` is read when a process starts, so it cannot be set for the running one). The
-reference tests and ``benchmarks/bench_video_fidelity.py`` run the real torchcodec this way; vlmpack itself
-never needs it (``media/video_meta.py`` reads its semantics from the container's index through PyAV).
+(``LD_LIBRARY_PATH`` is read when a process starts, so it cannot be set for the running one). ``make test-ref``
+runs the reference suite so (``python -m vlmpack_offline.synthetic.torchcodec_env DIR`` prints the folder), and
+transformers and qwen-vl-utils there decode with torchcodec, their default, as a user's training does;
+vlmpack itself never needs it (``media/video_meta.py`` reads its numbers from the container through PyAV).
 """
 
 from __future__ import annotations
@@ -45,5 +46,5 @@ def torchcodec_env(dest: str | Path) -> dict[str, str]:
     return env
 
 
-if __name__ == "__main__":  # python -m vlmpack_offline.synthetic.torchcodec_env DIR: print the export line
-    print(f"export LD_LIBRARY_PATH={ffmpeg_library_dir(sys.argv[1] if len(sys.argv) > 1 else '.ffmpeg_libs')}")
+if __name__ == "__main__":  # LD_LIBRARY_PATH=$(python -m vlmpack_offline.synthetic.torchcodec_env DIR) python ...
+    print(ffmpeg_library_dir(Path(sys.argv[1] if len(sys.argv) > 1 else ".ffmpeg_libs").resolve()))

@@ -36,6 +36,8 @@ def video_sampling(rules: ModelRules) -> str | None:
     if not family.takes_video:
         return f"videos: dropped as unsupported_media ({family.name} takes no video)"
     video = rules.video or VideoConfig()
+    if rules.frame_rule is not None and video.sampler == "hf_processor":  # the folder's rule, not video:'s fields
+        return f"videos: {rules.frame_rule.describe()}, reader {video.reader}"
     reads = video_fields_read(family, video.sampler)
     values = [f"{f.name} {getattr(video, f.name):g}" if isinstance(getattr(video, f.name), float)
               else f"{f.name} {getattr(video, f.name)}"

@@ -44,8 +44,30 @@ def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, par
     loader both call this, so they pick the same frames."""
     family = family_for(rules.model_type)
     if family is not None and hasattr(family, "sample_video"):
-        return family.sample_video(rules, info, settings, part=part)
-    return sample_video(info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
+        sampling = family.sample_video(rules, info, settings, part=part)
+    else:
+        sampling = sample_video(info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
+    if settings.reader == "pyav":
+        _check_pyav_hands_every_frame(sampling, rules, part=part)
+    return sampling
+
+
+def _check_pyav_hands_every_frame(sampling: VideoSampling, rules: ModelRules, *, part: str) -> None:
+    """transformers' ``read_video_pyav`` keeps a frame once however often the sampling names it (``if i in
+    indices``), where torchcodec and decord return it each time. Padding the last frame up to the temporal patch
+    is the processor's own (Qwen-VL, GLM-4V pad so): anything else the processor would get fewer frames for
+    (LLaVA-OneVision's fixed count on a short video), or fewer than a temporal patch (GLM-4V on a 0.2 s clip)."""
+    temporal = max(rules.temporal_patch_size, 1)
+    distinct = list(dict.fromkeys(sampling.frame_indices))
+    padded = distinct + [distinct[-1]] * (-len(distinct) % temporal)
+    if len(distinct) < temporal or padded != list(sampling.frame_indices):
+        raise DropError(
+            Reason.UNSUPPORTED_MEDIA,
+            f"{part}: the sampling takes {sampling.n_frames} frames, {len(distinct)} of them distinct, and transformers' "
+            f"pyav reader hands each frame once, so the processor would get {len(distinct)}"
+            + (f" (fewer than its temporal patch of {temporal})" if len(distinct) < temporal else "")
+            + "; video.reader torchcodec or decord return every frame asked for",
+        )
 
 
 def probe_media(

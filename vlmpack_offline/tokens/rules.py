@@ -53,7 +53,9 @@ from .._published import QWEN_FROM_FOLDER
 from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
 from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for
+from ..families.processor_frames import FrameRule, check_video_fields
 from ..media.video import recipe_video
+from ..media.video_meta import check_reader_installed
 from ..model_type import read_json as _read_json
 from ..model_type import resolved_model_type
 
@@ -92,6 +94,7 @@ class ModelRules:
     max_side_patches: int = 0  # Kimi-K2.5: its size.max_height (patches along one side)
     video_max_patches: int = 0  # Kimi-K2.5: the video processor's max_patches (patch budget of one frame)
     video_max_side_patches: int = 0  # Kimi-K2.5: the video processor's size.max_height
+    frame_rule: FrameRule | None = None  # InternVL, LLaVA-OneVision: their video processor's own sampling, if on
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
 
     @property
@@ -237,16 +240,18 @@ def _int_settings(merged: dict) -> dict:
     return settings
 
 
-def _folder_video(video: dict, *, qwen3: bool) -> VideoConfig | None:
+def _folder_video(video: dict, *, qwen3: bool, frame_rule: bool = False) -> VideoConfig | None:
     """The video processor's sampling settings as a (partial) ``VideoConfig``; None when there are none.
 
     Qwen3-VL's video processor samples frames itself (``do_sample_frames``) and bounds frames * pixels by
     its size edges: that is ``sampler: hf_processor``. Qwen2/2.5-VL's bound each frame, as qwen-vl-utils does.
+    ``frame_rule``: the family's settings hold its video processor's own sampling (``ModelRules.frame_rule``:
+    InternVL, LLaVA-OneVision with ``do_sample_frames: true``), which is ``sampler: hf_processor`` too.
     """
-    if not video:
+    if not video and not frame_rule:
         return None
     pixels = _int_settings(video)
-    hf = qwen3 and video.get("do_sample_frames", True) is not False
+    hf = frame_rule or (qwen3 and video.get("do_sample_frames", True) is not False)
     return VideoConfig(
         fps=float(video["fps"]) if video.get("fps") is not None else None,
         min_frames=int(video["min_frames"]) if video.get("min_frames") is not None else None,
@@ -267,7 +272,7 @@ def video_fields_read(family, sampler: str | None) -> frozenset[str]:
         return frozenset()
     stated = getattr(family, "video_fields", None)
     if stated is not None:
-        return stated
+        return stated | {"reader"}  # every family's frames come from some reader's frame count and rate
     every = frozenset(f.name for f in dataclasses.fields(VideoConfig))
     if sampler == "hf_processor":
         return every - {"total_pixels"}
@@ -318,6 +323,8 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     settings = _int_settings(merged)
     if family is not None and not text_only:  # the family's own settings, and what it refuses to count
         settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
+        if video is not None and "frame_rule" in settings:  # video: fields the processor's own sampling never reads
+            check_video_fields(settings["frame_rule"], video, family=family.name, path=path)
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
     # a family with its own video recipe (GLM-4V: its processor samples frames itself; LLaVA-OneVision: 32
     # frames) gives its defaults under the folder's settings and the config's video: section
@@ -325,7 +332,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     samples_itself = own is not None and own.sampler == "hf_processor"
     if samples_itself:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
         video_pre = {**video_pre, **{k: model.processor_kwargs[k] for k in ("size", "fps") if k in model.processor_kwargs}}
-    folder = _folder_video(video_pre, qwen3=rules.qwen3 or samples_itself)
+    folder = _folder_video(video_pre, qwen3=rules.qwen3 or samples_itself, frame_rule=rules.frame_rule is not None)
     resolved = resolve_video(video, folder, own, factor=rules.factor)
     if own is not None and own.sampler is not None and resolved.sampler != own.sampler:  # before any sample
         raise ConfigError(
@@ -334,4 +341,23 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         )
     if video is not None and family is not None and not text_only:
         _check_video_fields(video, family, resolved.sampler)
+    if family is not None and family.takes_video and not text_only:
+        _check_resolved_bounds(resolved, video)
+        check_reader_installed(resolved.reader)
     return dataclasses.replace(rules, video=resolved)
+
+
+def _check_resolved_bounds(resolved: VideoConfig, video: VideoConfig | None) -> None:
+    """min_pixels <= max_pixels once the config, the folder and the recipe are merged: setting one bound alone
+    can cross the other's default (video.max_pixels 50176 under the recipe's min_pixels 100352), which
+    qwen-vl-utils and the processors resolve each their own way. (Frames need no such check: min_frames above
+    max_frames is LLaVA-OneVision's fixed frame count, and config.py refuses it where both are set.)"""
+    lo, hi = resolved.min_pixels, resolved.max_pixels
+    if lo is not None and hi is not None and lo > hi:
+        def said(name: str) -> str:
+            return "set in video:" if video is not None and getattr(video, name) is not None else \
+                "from the processor folder or the family's recipe"
+        raise ConfigError(
+            f"video.min_pixels {lo} ({said('min_pixels')}) is above video.max_pixels {hi} ({said('max_pixels')}): "
+            "set both so that min_pixels <= max_pixels"
+        )
