@@ -18,11 +18,11 @@ from vlmpack_offline.media.video_meta import read_video_info
 from vlmpack_offline.synthetic.videos import VideoSpec, encode
 
 CLIPS = (
-    VideoSpec(name="short_small", seconds=2.0, fps=10),
-    VideoSpec(name="hd_10s", seconds=10.0, fps=30, width=1920, height=1080),
-    VideoSpec(name="sd_60s", seconds=60.0, fps=30, width=640, height=360),
-    VideoSpec(name="long_310s", seconds=310.0, fps=30, width=320, height=240),
-    VideoSpec(name="mkv_vfr_60s", container="matroska", vfr=True, seconds=60.0, fps=30, width=640, height=360),
+    VideoSpec(seconds=2.0, fps=10),
+    VideoSpec(seconds=10.0, fps=30, width=1920, height=1080),
+    VideoSpec(seconds=60.0, fps=30, width=640, height=360),
+    VideoSpec(seconds=310.0, fps=30, width=320, height=240),
+    VideoSpec(container="mkv", vfr=True, seconds=60.0, fps=30, width=640, height=360),
 )
 
 
@@ -56,11 +56,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per clip and reader (the best counts)")
     args = parser.parse_args()
-    print(f"{'clip':<14}{'MB':>6}  {'baseline/s':>11}" + "".join(f"{r + '/s':>14}{'x':>6}" for r in ("torchcodec", "decord", "pyav")))
+    print(f"{'clip':<44}{'MB':>6}  {'baseline/s':>11}" + "".join(f"{r + '/s':>14}{'x':>6}" for r in ("torchcodec", "decord", "pyav")))
     for spec in CLIPS:
         data = encode(spec)
         base = _per_second(baseline_probe, data, args.repeat)
-        row = f"{spec.name:<14}{len(data) / 1e6:>6.1f}  {base:>11.1f}"
+        row = f"{spec.name:<44}{len(data) / 1e6:>6.1f}  {base:>11.1f}"
         for reader in ("torchcodec", "decord", "pyav"):
             try:
                 rate = _per_second(lambda d, r=reader: read_video_info(d, r), data, args.repeat)

@@ -23,10 +23,16 @@ from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.media import decode_frames, probe_video, sample_video
 from vlmpack_offline.media.video import VideoSampling
 from vlmpack_offline.reasons import DropError
-from vlmpack_offline.synthetic.videos import CORPUS, VideoSpec, encode
+from vlmpack_offline.synthetic.videos import VideoSpec, corpus, encode
 
 READERS = ("torchcodec", "decord", "pyav")
-CLIPS = {spec.name: spec for spec in CORPUS}
+# the benchmark's quick corpus (every container, codec, frame-rate mode, an offset, 0.2 s; its 1920x1080 clip left
+# to the benchmark), a clip decord cannot decode (48x160 H.264) and an NTSC rate
+CORPUS = (*(spec for spec in corpus(quick=True) if spec.width <= 640), VideoSpec(width=48, height=160, seconds=1),
+          VideoSpec(fps=29.97, seconds=4, width=96, height=54))  # fmt: skip
+MKV_VFR = VideoSpec(container="mkv", vfr=True, fps=30, seconds=3)  # the header says 30 fps, frames come at ~18
+WEBM = VideoSpec(container="webm", codec="vp8", fps=15)
+MP4 = VideoSpec()
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +42,7 @@ def real_readers(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("corpus")
     for spec in CORPUS:
-        (folder / f"{spec.name}.{spec.suffix}").write_bytes(encode(spec))
+        (folder / spec.name).write_bytes(encode(spec))
     oracle = Path(__file__).with_name("_reader_oracle.py")
     env = torchcodec_env(tmp_path_factory.mktemp("ffmpeg"))
     done = subprocess.run([sys.executable, str(oracle), str(folder)], env=env, capture_output=True, text=True,
@@ -48,9 +54,9 @@ def real_readers(tmp_path_factory):
 @pytest.mark.parametrize("reader", READERS)
 def test_frame_count_rate_and_size_equal_the_real_reader(real_readers, reader):
     folder, reported = real_readers
-    assert all("error" not in reported[name]["torchcodec"] for name in reported), "torchcodec did not load"
+    assert not any("Could not load libtorchcodec" in reported[name]["torchcodec"].get("error", "") for name in reported)
     for spec in CORPUS:
-        name = f"{spec.name}.{spec.suffix}"
+        name = spec.name
         theirs = reported[name][reader]
         data = (folder / name).read_bytes()
         if "error" in theirs and theirs["n"] in (0, None):  # the reader cannot sample it: neither may we count it
@@ -70,7 +76,7 @@ def test_the_loader_decodes_the_frames_the_reader_gives_at_each_index(real_reade
     """Bit-equal frames: decord decodes where it numbers the frames as the reader does, else PyAV."""
     folder, reported = real_readers
     for spec in CORPUS:
-        name = f"{spec.name}.{spec.suffix}"
+        name = spec.name
         frames_file = folder / f"{name}.{reader}.npy"
         if not frames_file.exists():  # the reader itself failed (decord on a 48x160 H.264 clip; pyav headerless)
             continue
@@ -82,17 +88,17 @@ def test_the_loader_decodes_the_frames_the_reader_gives_at_each_index(real_reade
 
 
 def test_variable_frame_rate_matroska_gets_the_frames_of_the_reader_named():
-    """decord's nominal 30 fps vs torchcodec's 20.15: at qwen-vl-utils' 2 fps that is 6 frames vs 8."""
-    data = encode(CLIPS["mkv_vfr"])
+    """decord's nominal 30 fps vs torchcodec's real ~18: at qwen-vl-utils' 2 fps, fewer frames by decord's."""
+    data = encode(MKV_VFR)
     by_torchcodec, by_decord = probe_video(data), probe_video(data, reader="decord")
     assert by_torchcodec.backend == "torchcodec" and by_torchcodec.n_frames == by_decord.n_frames == 90
-    assert round(by_torchcodec.native_fps, 2) == 20.15 and by_decord.native_fps == 30.0
+    assert by_torchcodec.native_fps < 20 and by_decord.native_fps == 30.0
     frames = [sample_video(info, VideoConfig(), factor=28).n_frames for info in (by_torchcodec, by_decord)]
-    assert frames == [8, 6]
+    assert frames[0] > frames[1] == 6
 
 
 def test_a_headerless_container_is_recorded_as_unreadable_by_pyav_and_read_by_the_others():
-    data = encode(CLIPS["webm_vp8"])
+    data = encode(WEBM)
     with pytest.raises(DropError, match="pyav reports 0 frame.*matroska / webm") as caught:
         probe_video(data, reader="pyav")
     assert caught.value.reason == "corrupt_media"
@@ -142,11 +148,10 @@ def test_scan_counts_each_reader_and_records_what_one_cannot_read(tmp_path, make
     from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
 
     samples = []
-    for name in ("mkv_vfr", "webm_vp8", "mp4_cfr"):
-        spec = CLIPS[name]
-        chat = {"messages": [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What?"}]},
+    for name, spec in (("mkv_vfr", MKV_VFR), ("webm_vp8", WEBM), ("mp4_cfr", MP4)):
+        chat = {"messages": [{"role": "user", "content": [{"type": "video", "video": f"clip.{spec.suffix}"},
+                                                          {"type": "text", "text": "What?"}]},
                              {"role": "assistant", "content": "A gradient."}]}  # fmt: skip
-        chat["messages"][0]["content"][0]["video"] = f"clip.{spec.suffix}"
         samples.append(SyntheticSample(key=name, json=chat, media={f"clip.{spec.suffix}": encode(spec)}))
     write_shard(tmp_path / "wds" / "shard-000000.tar", samples)
     processor = build_processor_dir(tmp_path / "proc", "qwen2_5_vl", video=True)
@@ -180,10 +185,10 @@ def _drops(work: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("family", "spec", "dropped"),
     [
-        ("glm4v", VideoSpec(name="glm_0.2s", seconds=0.2, fps=25), True),  # GLM samples frame 0 twice: 1 distinct
-        ("llava_onevision", VideoSpec(name="llava_short", seconds=1.0, fps=10), True),  # 32 fixed frames of 10
-        ("qwen3_vl", VideoSpec(name="qwen3_odd", seconds=1.4, fps=5), False),  # odd count: the last frame padded
-        ("qwen2_5_vl", VideoSpec(name="qwen25", seconds=2.0, fps=10), False),
+        ("glm4v", VideoSpec(seconds=0.2, fps=25), True),  # GLM samples frame 0 twice: 1 distinct
+        ("llava_onevision", VideoSpec(seconds=1.0, fps=10), True),  # 32 fixed frames of 10
+        ("qwen3_vl", VideoSpec(seconds=1.4, fps=5), False),
+        ("qwen2_5_vl", VideoSpec(seconds=2.0, fps=10), False),
     ],
 )
 def test_pyav_hands_each_frame_once_so_a_sampling_that_repeats_frames_is_a_recorded_drop(
