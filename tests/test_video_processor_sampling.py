@@ -226,8 +226,8 @@ def test_scan_summary_names_the_rule(folder, tmp_path, make_config):
     write_shard(tmp_path / "wds" / "shard-000000.tar", [SyntheticSample(key="k", json=chat)])
     directory = folder("internvl", do_sample_frames=True, fps=2)
     result = scan.run(make_config(wds_dir=tmp_path / "wds", processor_dir=directory))
-    assert result.summary[0].endswith("; videos: frames as the InternVL video processor samples them "
-                                      "(fps 2; do_sample_frames: true in the folder))")  # fmt: skip
+    assert result.summary[1] == ("videos: frames as the InternVL video processor samples them "
+                                 "(fps 2; do_sample_frames: true in the folder), reader torchcodec")  # fmt: skip
 
 
 # -- against the real video processors (reference environment) ----------------------------------------------

@@ -192,13 +192,9 @@ class InternVLFamily:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
         if rules.max_tiles <= 1:
-            text = f"{rules.tokens_per_image} tokens per image, one {height}x{width} tile"
-        else:
-            text = (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
-                    f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
-        if rules.frame_rule is not None and rules.video is not None and rules.video.sampler == "hf_processor":
-            text += f"; videos: {rules.frame_rule.describe()}"
-        return text
+            return f"{rules.tokens_per_image} tokens per image, one {height}x{width} tile"
+        return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, "
+                f"{rules.min_tiles}..{rules.max_tiles} tiles + thumbnail")  # fmt: skip
 
 
 INTERNVL = InternVLFamily()

@@ -256,12 +256,9 @@ class LlavaOnevisionFamily:
         """How ``vlmpack scan`` names the count."""
         height, width = rules.tile_size
         multi = rules.tokens_per_image + 1 - (rules.feature_select_strategy == "default")
-        text = (f"{rules.tokens_per_image} tokens per {height}x{width} tile, {rules.vision_aspect_ratio} "
+        return (f"{rules.tokens_per_image} tokens per {height}x{width} tile, {rules.vision_aspect_ratio} "
                 f"over {len(rules.grid_pinpoints)} grids for a lone image, {multi} per image "
                 "of a multi-image sample")  # fmt: skip
-        if rules.frame_rule is not None and rules.video is not None and rules.video.sampler == "hf_processor":
-            text += f"; videos: {rules.frame_rule.describe()}"
-        return text
 
 
 LLAVA_ONEVISION = LlavaOnevisionFamily()
