@@ -29,9 +29,10 @@ The frames are the ones the family's video processor samples (``sample_frames`` 
 ``VideoMetadata(total_num_frames, fps, duration=total_num_frames / fps)``, as transformers' video
 loaders fill it), from the container's frame count and rate (``media.probe_video``)::
 
-    GLM-4.1V / 4.5V   Glm4vVideoProcessor.sample_frames itself (torchvision-free): ``fps`` frames per
-                      second over videos up to ``max_duration`` (300 s), else max_duration * fps frames
-                      spread over the video; duplicates removed, the last frame repeated to an even count
+    GLM-4.1V / 4.5V   Glm4vVideoProcessor.sample_frames itself (models/glm4v/video_processing_glm4v.py,
+                      torchvision-free): ``fps`` frames per second over videos up to ``max_duration``
+                      (300 s), else max_duration * fps frames spread over the video; duplicates removed,
+                      the last frame repeated to an even count
     GLM-4.6V          Glm46VVideoProcessor.sample_frames, written out below (its module imports
                       torchvision): 3 / 1 / 0.5 frames per second for videos up to 30 s / 300 s / longer,
                       at most 640 frames

@@ -172,7 +172,8 @@ def sample_video(
 def _sample_hf_qwen3(
     info: VideoInfo, video: VideoConfig, *, factor: int, temporal_factor: int, part: str
 ) -> VideoSampling:
-    """``Qwen3VLVideoProcessor.sample_frames`` + ``resize`` + ``patchify``'s padding, from metadata::
+    """``Qwen3VLVideoProcessor.sample_frames`` + ``resize`` + ``patchify``'s padding (transformers
+    ``models/qwen3_vl/video_processing_qwen3_vl.py``), from metadata::
 
         n = min(max(int(n_frames / native_fps * fps), min_frames), max_frames, n_frames)
         frame_indices = round(linspace(0, n_frames - 1, n)), then the last one repeated up to a
