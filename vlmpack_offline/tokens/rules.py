@@ -323,6 +323,9 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     settings = _int_settings(merged)
     if family is not None and not text_only:  # the family's own settings, and what it refuses to count
         settings.update(family.settings(path, pre, model.processor_kwargs, _read_json(path / "processor_config.json")))
+        from ..families.settings_sweep import check_settings  # every other setting: followed or refused
+
+        check_settings(str(model_type), path, model.processor_kwargs, _read_json)
         if video is not None and "frame_rule" in settings:  # video: fields the processor's own sampling never reads
             check_video_fields(settings["frame_rule"], video, family=family.name, path=path)
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
