@@ -218,3 +218,23 @@ def test_the_oracle_sees_a_key_that_changes_the_lengths(tmp_path_factory):
     before = _lengths(AutoProcessor.from_pretrained(path), images, video)
     smaller = AutoProcessor.from_pretrained(path, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4)
     assert _lengths(smaller, images, video) != before
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize(
+    ("family", "part"),
+    [("qwen2_5_vl", "Qwen2VLImageProcessor"), ("qwen2_5_vl", "Qwen2VLVideoProcessor"), ("qwen3_vl", "Qwen3VLVideoProcessor"),
+     ("glm4v", "Glm4vImageProcessor"), ("glm4v", "Glm4vVideoProcessor"), ("internvl", "GotOcr2ImageProcessor"),
+     ("internvl", "InternVLVideoProcessor"), ("llava_onevision", "LlavaOnevisionImageProcessor"),
+     ("llava_onevision", "LlavaOnevisionVideoProcessor"), ("gemma3", "Gemma3ImageProcessor"),
+     ("mistral3", "PixtralImageProcessor")],
+)  # fmt: skip
+def test_what_transformers_itself_saves_passes(tmp_path, family, part):
+    """A folder written by the real class's save_pretrained (every attribute it keeps) is not refused."""
+    import transformers
+
+    from vlmpack_offline.families.settings_sweep import check_settings
+    from vlmpack_offline.model_type import read_json
+
+    getattr(transformers, part)().save_pretrained(tmp_path)
+    check_settings(family, tmp_path, {}, read_json)
