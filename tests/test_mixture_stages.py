@@ -64,7 +64,7 @@ def _config(root: Path, src: Path, processor: Path, weights: dict[str, float] | 
                  "work_dir": str(root / "work"), "packed_wds_dir": str(root / "packed")},
         "sample": {"max_token_len": 2048},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor)}},
-        "video": {"max_pixels": 50176},
+        "video": {"min_pixels": 100352, "max_pixels": 100352},
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
