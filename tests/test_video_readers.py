@@ -60,7 +60,7 @@ def test_frame_count_rate_and_size_equal_the_real_reader(real_readers, reader):
         theirs = reported[name][reader]
         data = (folder / name).read_bytes()
         if "error" in theirs and theirs["n"] in (0, None):  # the reader cannot sample it: neither may we count it
-            with pytest.raises(DropError, match=f"{reader} reports 0 frame"):
+            with pytest.raises(DropError, match=f"{reader} reports 0 frames"):
                 probe_video(data, reader=reader)
             continue
         ours = probe_video(data, reader=reader)
@@ -99,7 +99,7 @@ def test_variable_frame_rate_matroska_gets_the_frames_of_the_reader_named():
 
 def test_a_headerless_container_is_recorded_as_unreadable_by_pyav_and_read_by_the_others():
     data = encode(WEBM)
-    with pytest.raises(DropError, match="pyav reports 0 frame.*matroska / webm") as caught:
+    with pytest.raises(DropError, match="pyav reports 0 frames.*matroska / webm") as caught:
         probe_video(data, reader="pyav")
     assert caught.value.reason == "corrupt_media"
     assert probe_video(data, reader="torchcodec").n_frames == probe_video(data, reader="decord").n_frames == 30
@@ -165,7 +165,7 @@ def test_scan_counts_each_reader_and_records_what_one_cannot_read(tmp_path, make
     assert lengths["torchcodec"]["mkv_vfr"] > lengths["decord"]["mkv_vfr"]  # 8 frames vs 6
     assert lengths["torchcodec"]["mp4_cfr"] == lengths["decord"]["mp4_cfr"] == lengths["pyav"]["mp4_cfr"]
     assert _drops(tmp_path / "work_pyav") == {"mkv_vfr": "corrupt_media", "webm_vp8": "corrupt_media"}
-    assert "pyav reports 0 frame(s)" in _rows(tmp_path / "work_pyav")["webm_vp8"]["error"]
+    assert "pyav reports 0 frames" in _rows(tmp_path / "work_pyav")["webm_vp8"]["error"]
     assert not _drops(tmp_path / "work_torchcodec") and not _drops(tmp_path / "work_decord")
 
 
@@ -211,3 +211,35 @@ def test_pyav_hands_each_frame_once_so_a_sampling_that_repeats_frames_is_a_recor
         assert probe_media("video", data, rules=by_torchcodec, video=VideoConfig(reader="torchcodec"))
     else:
         assert probe_media("video", data, rules=rules, video=config.video).sampling.n_frames >= 2
+
+
+@pytest.mark.parametrize(
+    ("family", "video", "error"),
+    [
+        ("qwen2_5_vl", {"sampler": "hf_processor"}, "video.sampler = 'hf_processor' is Qwen3-VL's"),
+        ("qwen2_5_vl", {"max_frames": 1}, "video.max_frames 1: qwen-vl-utils samples an even number of frames"),
+        ("qwen2_5_vl", {"fps": -1}, "video.fps must be > 0"),
+    ],
+)
+def test_settings_the_pipeline_cannot_run_are_config_errors(tmp_path, make_config, family, video, error):
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+    from vlmpack_offline.tokens import load_model_rules
+
+    with pytest.raises(ConfigError, match=error):
+        config = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path, family), video=video)
+        load_model_rules(config.model, config.video)
+
+
+def test_a_one_frame_video_is_the_samplers_to_take_or_refuse(tmp_path, make_config):
+    """GLM-4V pads one frame to its temporal patch (its processor takes it); qwen-vl-utils needs 2 frames."""
+    from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+    from vlmpack_offline.tokens import load_model_rules
+    from vlmpack_offline.tokens.media_info import probe_media
+
+    one = encode(VideoSpec(seconds=0.1, fps=10))
+    assert probe_video(one).n_frames == 1
+    glm = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path / "glm", "glm4v", video=True))
+    assert probe_media("video", one, rules=load_model_rules(glm.model), video=glm.video).sampling.frame_indices == (0, 0)
+    qwen = make_config(wds_dir="unused", processor_dir=build_processor_dir(tmp_path / "qwen", "qwen2_5_vl"))
+    with pytest.raises(DropError, match="cannot sample 2..1 frames"):
+        probe_media("video", one, rules=load_model_rules(qwen.model), video=qwen.video)

@@ -501,6 +501,8 @@ def _check(config: Config) -> None:
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
+    if config.video.fps is not None and not config.video.fps > 0:
+        raise ConfigError(f"{src}: video.fps must be > 0 (frames sampled per second of video), got {config.video.fps}")
     if config.video.max_video_tokens is not None and config.video.max_video_tokens < 1:
         raise ConfigError(f"{src}: video.max_video_tokens must be >= 1, got {config.video.max_video_tokens}")
     low, high = config.video.min_pixels, config.video.max_pixels

@@ -84,11 +84,11 @@ def read_video_info(data: bytes, reader: str = DEFAULT_READER, *, part: str = "v
 
 def checked(info: VideoInfo, part: str) -> VideoInfo:
     """``info`` when sampling can use it, else ``DropError`` saying which number the reader could not give."""
-    if info.n_frames < 2:
+    if info.n_frames < 1:  # one frame is the sampler's to take or refuse (GLM-4V pads it, qwen-vl-utils refuses)
         raise DropError(
-            Reason.CORRUPT_MEDIA, f"{part}: {info.backend} reports {info.n_frames} frame(s); at least 2 are needed"
+            Reason.CORRUPT_MEDIA, f"{part}: {info.backend} reports 0 frames"
             + (" (PyAV reads the count from the header, which matroska / webm do not carry: video.reader "
-               "torchcodec or decord count packets)" if info.backend == "pyav" and info.n_frames == 0 else "")
+               "torchcodec or decord count packets)" if info.backend == "pyav" else "")
         )  # fmt: skip
     if not info.native_fps > 0 or not math.isfinite(info.native_fps):
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: {info.backend} reports no usable frame rate ({info.native_fps})")
@@ -105,6 +105,7 @@ def _first_line(exc: Exception) -> str:
 def decord_reader(data: bytes):
     import decord  # imported late: importing it is slow and scan workers may not see videos at all
 
+    decord.logging.set_level(decord.logging.QUIET)  # its FFmpeg's complaints; a failure is raised and recorded
     return decord.VideoReader(io.BytesIO(data), num_threads=1)
 
 

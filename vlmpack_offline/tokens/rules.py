@@ -347,6 +347,16 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     if family is not None and family.takes_video and not text_only:
         _check_resolved_bounds(resolved, video)
         check_reader_installed(resolved.reader)
+        if resolved.sampler == "hf_processor" and str(model_type) in QWEN_FAMILIES and not rules.qwen3:
+            raise ConfigError(
+                f"video.sampler = 'hf_processor' is Qwen3-VL's video processor's own sampling; {model_type} videos "
+                "are sampled as qwen-vl-utils samples them: remove video.sampler"
+            )
+        if resolved.sampler == "qwen_vl_utils" and resolved.max_frames is not None and resolved.max_frames < 2:
+            raise ConfigError(
+                f"video.max_frames {resolved.max_frames}: qwen-vl-utils samples an even number of frames, at least 2 "
+                "(it refuses every video below that); set video.max_frames >= 2"
+            )
     return dataclasses.replace(rules, video=resolved)
 
 
