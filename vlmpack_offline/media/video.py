@@ -46,6 +46,8 @@ class VideoSampling:
     resized_width: int  # ... and this width
     native_fps: float  # frame rate of the source, for timestamps (Qwen3-VL prompts)
     total_frames: int = 0  # frames in the source video (0 when unknown)
+    rotation: int = 0  # the file's display rotation (VideoInfo.rotation): decode_frames decodes it with PyAV
+    upright: bool = True  # whether the reader turns frames by it (torchcodec, decord; not pyav)
 
     @property
     def n_frames(self) -> int:
@@ -218,7 +220,14 @@ def decode_frames(data: bytes, sampling: VideoSampling, *, resize: bool = True) 
     opens the bytes, decodes them and counts the frames the sampling was made from (then its frame ``i`` is
     the reader's); otherwise PyAV decodes in presentation order (a variable-frame-rate or damaged container
     decord counts differently, a stream decord cannot decode).
+    A file with a display rotation is decoded by PyAV (decord 0.6 turns 90-degree ones into 4-channel arrays) and
+    turned as the reader turns it: counter-clockwise by the rotation for torchcodec and decord, as coded for pyav.
     """
+    if sampling.rotation:
+        frames = _decode_pyav(data, sampling.frame_indices)
+        if sampling.upright:
+            frames = np.ascontiguousarray(np.rot90(frames, k=sampling.rotation // 90, axes=(1, 2)))
+        return _resized(frames, sampling) if resize else frames
     try:
         reader = decord_reader(data)
         if sampling.total_frames and len(reader) != sampling.total_frames:
@@ -226,8 +235,10 @@ def decode_frames(data: bytes, sampling: VideoSampling, *, resize: bool = True) 
         frames = reader.get_batch(list(sampling.frame_indices)).asnumpy()
     except Exception:
         frames = _decode_pyav(data, sampling.frame_indices)
-    if not resize:
-        return frames
+    return _resized(frames, sampling) if resize else frames
+
+
+def _resized(frames: np.ndarray, sampling: VideoSampling) -> np.ndarray:
     from PIL import Image
 
     size = (sampling.resized_width, sampling.resized_height)

@@ -24,12 +24,15 @@ decoding (``SingleStreamDecoder::scan_file_and_update_metadata_and_index``, torc
 ``average_rate``, read by PyAV. Matroska and WebM headers carry no frame count: transformers then sees 0
 frames and cannot sample, so such a video is recorded as unreadable by that reader.
 
-The size is the stream header's coded width and height (no frame is decoded). Scan cost per video is the
-container's header and packet index: no pixel is decoded at scan time.
+The size is the stream header's coded width and height, turned by the file's display rotation for the readers
+that turn frames upright (torchcodec, decord: a phone video's 640x360 coded frames are 360 wide, 640 high);
+finding that rotation decodes the first frame (PyAV exposes no stream side data). Scan cost per video is
+the container's header, its packet index and that one frame.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from dataclasses import dataclass
@@ -49,9 +52,16 @@ DEFAULT_READER: Reader = "torchcodec"
 class VideoInfo:
     n_frames: int  # frames in the container, as the reader counts them
     native_fps: float  # the reader's average frame rate
-    height: int  # frame height in pixels (the stream header's)
-    width: int  # frame width in pixels
+    height: int  # height of the frames the reader returns (upright for torchcodec / decord: see rotation)
+    width: int  # ... and their width
     backend: str  # the reader whose count and rate these are: torchcodec, decord or pyav
+    rotation: int = 0  # the file's display rotation (0, 90, 180, 270 counter-clockwise): torchcodec and decord
+    # turn the frames upright (height and width above swapped for 90 / 270), pyav hands them as coded
+
+    @property
+    def upright(self) -> bool:
+        """Whether this reader returns frames turned by the display rotation."""
+        return self.backend != "pyav"
 
 
 def check_reader_installed(reader: str) -> None:
@@ -112,8 +122,32 @@ def decord_reader(data: bytes):
 def _decord_info(data: bytes) -> VideoInfo:
     reader = decord_reader(data)
     height, width = _header_size(data)
-    return VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=height, width=width,
-                     backend="decord")  # fmt: skip
+    return _turned(VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=height,
+                             width=width, backend="decord"), data)  # fmt: skip
+
+
+def display_rotation(data: bytes) -> int:
+    """The display rotation FFmpeg attaches to decoded frames (0, 90, 180, 270 counter-clockwise); the one
+    frame decoded for it is the probe's only decode (PyAV exposes no stream side data). 0 when unknown."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            for frame in container.decode(video=0):
+                return int(round(getattr(frame, "rotation", 0) or 0)) % 360
+    except Exception:  # a frame that does not decode says nothing about rotation; decoding is decode_check's job
+        return 0
+    return 0
+
+
+def _turned(info: VideoInfo, data: bytes) -> VideoInfo:
+    """``info`` with the file's display rotation; an upright reader's frames swap height and width at 90 / 270."""
+    rotation = display_rotation(data)
+    if not rotation:
+        return info
+    swap = info.upright and rotation in (90, 270)
+    return dataclasses.replace(info, rotation=rotation, height=info.width if swap else info.height,
+                               width=info.height if swap else info.width)  # fmt: skip
 
 
 def _header_size(data: bytes) -> tuple[int, int]:
@@ -133,8 +167,8 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
         if reader == "pyav":  # read_video_pyav: the first video stream's header
             stream = container.streams.video[0]
             fps = float(stream.average_rate) if stream.average_rate else 0.0
-            return VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
-                             width=stream.codec_context.width, backend="pyav")  # fmt: skip
+            return _turned(VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
+                                     width=stream.codec_context.width, backend="pyav"), data)  # fmt: skip
         stream = container.streams.best("video")  # av_find_best_stream, as torchcodec picks
         if stream is None:
             raise ValueError("no video stream")
@@ -156,5 +190,6 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
             span = float(end) * base.numerator / base.denominator - float(begin) * base.numerator / base.denominator
             if span != 0.0:
                 fps = n_frames / span
-        return VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
+        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
                          width=stream.codec_context.width, backend="torchcodec")  # fmt: skip
+    return _turned(info, data)

@@ -46,6 +46,7 @@ class VideoSpec:
     bframes: bool = False  # B-frames (h264, mpeg4): decode order differs from presentation order
     vfr: bool = False  # frame pts with uneven gaps (_VFR_GAPS), time base 1/1000
     offset: float = 0.0  # pts of the first frame, seconds
+    rotation: int = 0  # display rotation, degrees counter-clockwise (a phone video: 90 or 270)
 
     @property
     def n_frames(self) -> int:
@@ -60,6 +61,7 @@ class VideoSpec:
         mode = "vfr" if self.vfr else "cfr"
         parts = [self.container, self.codec] + (["bf"] if self.bframes else []) + [mode]
         parts += [f"off{self.offset:g}"] if self.offset else []
+        parts += [f"rot{self.rotation}"] if self.rotation else []
         parts += [f"{self.fps:g}fps", f"{self.seconds:g}s", f"{self.width}x{self.height}"]
         return "-".join(parts) + "." + self.suffix
 
@@ -142,6 +144,8 @@ def encode(spec: VideoSpec, *, seed: int = 0) -> bytes:
         stream = container.add_stream(_ENCODERS[spec.codec], rate=Fraction(spec.fps).limit_denominator(1001),
                                       options=options)  # fmt: skip
         stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, "yuv420p"
+        if spec.rotation:
+            stream.set_display_rotation(spec.rotation)
         timed = spec.vfr or spec.offset
         if timed:  # pts in ms: uneven gaps, a late first frame
             stream.codec_context.time_base = Fraction(1, 1000)

@@ -9,6 +9,7 @@ are the Qwen-VL patch grid (``families/qwen.py``), kept here for their callers.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -49,6 +50,8 @@ def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, par
         sampling = sample_video(info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
     if settings.reader == "pyav":
         _check_pyav_hands_every_frame(sampling, rules, part=part)
+    if info.rotation:  # decode_frames turns the frames as the reader does
+        sampling = dataclasses.replace(sampling, rotation=info.rotation, upright=info.upright)
     return sampling
 
 
