@@ -4,8 +4,8 @@
 
 Baseline, measured in the same run: the probe before video.reader (decord opens the bytes and decodes
 frame 0 for the size; PyAV decoded every frame to count them where decord failed). Now: torchcodec's
-numbers from PyAV's demuxer (header + packet index, no decode), decord's from decord (its index) plus the
-header size, pyav's from the header alone. Prints videos/s per clip and reader, and the ratio to the baseline.
+numbers from PyAV's demuxer (header + packet index, the first frame decoded for the display rotation),
+decord's from decord (its index) plus the header size and first frame, pyav's from the header and first frame. Prints videos/s per clip and reader, and the ratio to the baseline.
 """
 
 from __future__ import annotations

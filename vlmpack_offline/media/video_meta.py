@@ -134,15 +134,20 @@ def display_rotation(data: bytes) -> int:
     try:
         with av.open(io.BytesIO(data)) as container:
             for frame in container.decode(video=0):
-                return int(round(getattr(frame, "rotation", 0) or 0)) % 360
+                return _rotation(frame)
     except Exception:  # a frame that does not decode says nothing about rotation; decoding is decode_check's job
         return 0
     return 0
 
 
-def _turned(info: VideoInfo, data: bytes) -> VideoInfo:
-    """``info`` with the file's display rotation; an upright reader's frames swap height and width at 90 / 270."""
-    rotation = display_rotation(data)
+def _rotation(frame) -> int:
+    return int(round(getattr(frame, "rotation", 0) or 0)) % 360  # PyAV says -90 for 270
+
+
+def _turned(info: VideoInfo, data: bytes, rotation: int | None = None) -> VideoInfo:
+    """``info`` with the file's display rotation (read from ``data`` unless given); an upright reader's frames
+    swap height and width at 90 / 270."""
+    rotation = display_rotation(data) if rotation is None else rotation
     if not rotation:
         return info
     swap = info.upright and rotation in (90, 270)
@@ -172,10 +177,15 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
         stream = container.streams.best("video")  # av_find_best_stream, as torchcodec picks
         if stream is None:
             raise ValueError("no video stream")
-        n_frames, begin, end = 0, None, None
+        n_frames, begin, end, rotation = 0, None, None, None
         for packet in container.demux(stream):
             if packet.pts is None and packet.dts is None and packet.size == 0:
                 continue  # PyAV's end-of-stream flush packet, not one av_read_frame returned
+            if rotation is None:  # the first decoded frame carries the display rotation (display_rotation)
+                try:
+                    rotation = next((_rotation(frame) for frame in packet.decode()), None)
+                except Exception:
+                    rotation = 0
             if packet.is_discard:
                 continue
             t = packet.pts if packet.pts is not None else packet.dts
@@ -192,4 +202,4 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
                 fps = n_frames / span
         info = VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
                          width=stream.codec_context.width, backend="torchcodec")  # fmt: skip
-    return _turned(info, data)
+    return _turned(info, data, rotation)  # None: no frame came before the end (a decoder delay): read it apart
