@@ -266,3 +266,11 @@ def test_a_phone_video_is_upright_for_torchcodec_and_decord_and_as_coded_for_pya
         frames = decode_frames(data, sampling)
         assert frames.shape[1:3] == (sampling.resized_height, sampling.resized_width), reader
         assert (sampling.resized_height > sampling.resized_width) == (reader != "pyav"), reader
+
+
+def test_a_wrong_reader_or_frame_bound_says_the_choices_and_the_values_set(tmp_path, make_config):
+    with pytest.raises(ConfigError, match=r"`video.reader` = 'opencv' is not a valid choice of 'torchcodec' \| 'decord' "
+                                          r"\| 'pyav' or null"):  # fmt: skip
+        make_config(wds_dir="unused", processor_dir=tmp_path, video={"reader": "opencv"})
+    with pytest.raises(ConfigError, match=r"need 1 <= video.min_frames <= video.max_frames, got video.min_frames 0$"):
+        make_config(wds_dir="unused", processor_dir=tmp_path, video={"min_frames": 0})

@@ -335,7 +335,7 @@ def test_a_max_pixels_above_qwen_vl_utils_limit_is_said_in_the_scan_line(tmp_pat
 def test_min_pixels_above_max_pixels_is_a_config_error(tmp_path, make_config):
     from vlmpack_offline.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"need 1 <= video.min_pixels <= video.max_pixels, got 300000 and 200000"):
+    with pytest.raises(ConfigError, match=r"need 1 <= video.min_pixels <= video.max_pixels, got video.min_pixels 300000 and video.max_pixels 200000"):
         _config(make_config, build_processor_dir(tmp_path, "qwen2_5_vl"), min_pixels=300000, max_pixels=200000)
 
 

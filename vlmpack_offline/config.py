@@ -370,6 +370,9 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
 def _describe(hint: Any) -> str:
     if typing.get_origin(hint) is Literal:
         return "choice of " + " | ".join(repr(a) for a in typing.get_args(hint))
+    args = typing.get_args(hint)
+    if type(None) in args and len(args) == 2:  # Optional[X]: X's words, or null
+        return _describe(next(a for a in args if a is not type(None))) + " or null"
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
@@ -500,14 +503,18 @@ def _check(config: Config) -> None:
     _check_sources(config)
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
-        raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {low} and {high}")
+        said = " and ".join(f"video.{name} {value}" for name, value in (("min_frames", low), ("max_frames", high))
+                            if value is not None)  # fmt: skip
+        raise ConfigError(f"{src}: need 1 <= video.min_frames <= video.max_frames, got {said}")
     if config.video.fps is not None and not config.video.fps > 0:
         raise ConfigError(f"{src}: video.fps must be > 0 (frames sampled per second of video), got {config.video.fps}")
     if config.video.max_video_tokens is not None and config.video.max_video_tokens < 1:
         raise ConfigError(f"{src}: video.max_video_tokens must be >= 1, got {config.video.max_video_tokens}")
     low, high = config.video.min_pixels, config.video.max_pixels
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
-        raise ConfigError(f"{src}: need 1 <= video.min_pixels <= video.max_pixels, got {low} and {high}")
+        said = " and ".join(f"video.{name} {value}" for name, value in (("min_pixels", low), ("max_pixels", high))
+                            if value is not None)  # fmt: skip
+        raise ConfigError(f"{src}: need 1 <= video.min_pixels <= video.max_pixels, got {said}")
 
 
 def _check_alignment(config: Config) -> None:

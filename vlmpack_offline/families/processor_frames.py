@@ -71,6 +71,8 @@ class FrameRule:
         """The rule in words (the scan's summary line)."""
         what = f"num_frames {self.num_frames}" if self.num_frames is not None else (
             f"fps {self.fps:g}" if self.fps is not None else "every frame")  # fmt: skip
+        if self.num_frames is not None and self.fps is not None:  # InternVL: num_frames wins (LLaVA refuses both)
+            what += f", its fps {self.fps:g} not read"
         return f"frames as the {self.processor} video processor samples them ({what}; do_sample_frames: true in {self.where})"
 
     def frames(self, n_frames: int, native_fps: float, *, part: str) -> tuple[int, ...]:
