@@ -14,7 +14,7 @@ import argparse
 import io
 import time
 
-from vlmpack_offline.media.video_meta import read_video_info
+from vlmpack_offline.media import probe_video
 from vlmpack_offline.synthetic.videos import VideoSpec, encode
 
 CLIPS = (
@@ -63,7 +63,7 @@ def main() -> None:
         row = f"{spec.name:<44}{len(data) / 1e6:>6.1f}  {base:>11.1f}"
         for reader in ("torchcodec", "decord", "pyav"):
             try:
-                rate = _per_second(lambda d, r=reader: read_video_info(d, r), data, args.repeat)
+                rate = _per_second(lambda d, r=reader: probe_video(d, reader=r), data, args.repeat)
                 row += f"{rate:>14.1f}{rate / base:>6.1f}"
             except Exception as exc:  # pyav on a headerless matroska clip: a recorded drop, not a number
                 row += f"{'refused':>14}{'':>6}" if "reports 0 frame" in str(exc) else f"{type(exc).__name__:>14}{'':>6}"

@@ -33,7 +33,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 
 from ..config import VideoConfig
 from ..reasons import DropError, Reason
-from .video_meta import DEFAULT_READER, VideoInfo, checked, decord_reader, read_video_info
+from .video_meta import DEFAULT_READER, VideoInfo, checked, decord_reader, probe_video
 
 __all__ = ["VideoInfo", "VideoSampling", "probe_video", "sample_video", "decode_frames", "recipe_video",
            "frame_pixel_limit", "VIDEO_MAX_TOKEN_NUM"]
@@ -102,12 +102,6 @@ def _filled(video: VideoConfig, factor: int) -> VideoConfig:
             for name in VideoConfig.__dataclass_fields__
         }
     )
-
-
-def probe_video(data: bytes, *, reader: str = DEFAULT_READER, part: str = "video") -> VideoInfo:
-    """Frame count, fps and frame size as ``reader`` reports them (``video_meta``: header and packet index,
-    no frame decoded). Errors -> ``corrupt_media``."""
-    return read_video_info(data, reader, part=part)
 
 
 def _floor(number: float, factor: int) -> int:

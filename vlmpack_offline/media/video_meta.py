@@ -41,7 +41,7 @@ from typing import Literal
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
 
-__all__ = ["READERS", "Reader", "VideoInfo", "read_video_info", "check_reader_installed", "checked", "decord_reader"]
+__all__ = ["READERS", "Reader", "VideoInfo", "probe_video", "check_reader_installed", "checked", "decord_reader"]
 
 Reader = Literal["torchcodec", "decord", "pyav"]
 READERS: tuple[Reader, ...] = ("torchcodec", "decord", "pyav")
@@ -77,9 +77,9 @@ def check_reader_installed(reader: str) -> None:
         ) from None
 
 
-def read_video_info(data: bytes, reader: str = DEFAULT_READER, *, part: str = "video") -> VideoInfo:
-    """``reader``'s frame count, frame rate and the frame size of ``data``; raises ``DropError`` (corrupt_media)
-    with one line naming the reader when it cannot give them."""
+def probe_video(data: bytes, *, reader: str = DEFAULT_READER, part: str = "video") -> VideoInfo:
+    """``reader``'s frame count, frame rate and the frame size of ``data`` (module doc); raises ``DropError``
+    (corrupt_media) with one line naming the reader when it cannot give them."""
     try:
         if reader == "decord":
             info = _decord_info(data)
@@ -120,49 +120,37 @@ def decord_reader(data: bytes):
 
 
 def _decord_info(data: bytes) -> VideoInfo:
-    reader = decord_reader(data)
-    height, width = _header_size(data)
-    return _turned(VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=height,
-                             width=width, backend="decord"), data)  # fmt: skip
-
-
-def display_rotation(data: bytes) -> int:
-    """The display rotation FFmpeg attaches to decoded frames (0, 90, 180, 270 counter-clockwise); the one
-    frame decoded for it is the probe's only decode (PyAV exposes no stream side data). 0 when unknown."""
     import av
 
+    reader = decord_reader(data)
+    with av.open(io.BytesIO(data)) as container:  # the size and rotation decord does not say without decoding
+        stream = container.streams.best("video")
+        if stream is None:
+            raise ValueError("no video stream")
+        info = VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=stream.codec_context.height,
+                         width=stream.codec_context.width, backend="decord")  # fmt: skip
+        return _turned(info, _first_rotation(lambda: container.decode(stream)))
+
+
+def _first_rotation(decode) -> int | None:
+    """The display rotation (0, 90, 180, 270 counter-clockwise) FFmpeg attaches to the first frame ``decode()``
+    yields, the probe's only decode (PyAV exposes no stream side data); None when it yields none, 0 when it fails
+    (a frame that does not decode says nothing about rotation: decoding is decode_check's job)."""
     try:
-        with av.open(io.BytesIO(data)) as container:
-            for frame in container.decode(video=0):
-                return _rotation(frame)
-    except Exception:  # a frame that does not decode says nothing about rotation; decoding is decode_check's job
+        for frame in decode():
+            return int(round(getattr(frame, "rotation", 0) or 0)) % 360  # PyAV says -90 for 270
+    except Exception:
         return 0
-    return 0
+    return None
 
 
-def _rotation(frame) -> int:
-    return int(round(getattr(frame, "rotation", 0) or 0)) % 360  # PyAV says -90 for 270
-
-
-def _turned(info: VideoInfo, data: bytes, rotation: int | None = None) -> VideoInfo:
-    """``info`` with the file's display rotation (read from ``data`` unless given); an upright reader's frames
-    swap height and width at 90 / 270."""
-    rotation = display_rotation(data) if rotation is None else rotation
+def _turned(info: VideoInfo, rotation: int | None) -> VideoInfo:
+    """``info`` with the file's display rotation; an upright reader's frames swap height and width at 90 / 270."""
     if not rotation:
         return info
     swap = info.upright and rotation in (90, 270)
     return dataclasses.replace(info, rotation=rotation, height=info.width if swap else info.height,
                                width=info.height if swap else info.width)  # fmt: skip
-
-
-def _header_size(data: bytes) -> tuple[int, int]:
-    import av
-
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.best("video")
-        if stream is None:
-            raise ValueError("no video stream")
-        return stream.codec_context.height, stream.codec_context.width
 
 
 def _pyav_info(data: bytes, reader: str) -> VideoInfo:
@@ -172,20 +160,18 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
         if reader == "pyav":  # read_video_pyav: the first video stream's header
             stream = container.streams.video[0]
             fps = float(stream.average_rate) if stream.average_rate else 0.0
-            return _turned(VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
-                                     width=stream.codec_context.width, backend="pyav"), data)  # fmt: skip
+            info = VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
+                             width=stream.codec_context.width, backend="pyav")  # fmt: skip
+            return _turned(info, _first_rotation(lambda: container.decode(stream)))
         stream = container.streams.best("video")  # av_find_best_stream, as torchcodec picks
         if stream is None:
             raise ValueError("no video stream")
         n_frames, begin, end, rotation = 0, None, None, None
         for packet in container.demux(stream):
+            if rotation is None:  # the first decoded frame's; the end-of-stream packet drains a decoder's delay
+                rotation = _first_rotation(packet.decode)
             if packet.pts is None and packet.dts is None and packet.size == 0:
                 continue  # PyAV's end-of-stream flush packet, not one av_read_frame returned
-            if rotation is None:  # the first decoded frame carries the display rotation (display_rotation)
-                try:
-                    rotation = next((_rotation(frame) for frame in packet.decode()), None)
-                except Exception:
-                    rotation = 0
             if packet.is_discard:
                 continue
             t = packet.pts if packet.pts is not None else packet.dts
@@ -202,4 +188,4 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
                 fps = n_frames / span
         info = VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
                          width=stream.codec_context.width, backend="torchcodec")  # fmt: skip
-    return _turned(info, data, rotation)  # None: no frame came before the end (a decoder delay): read it apart
+    return _turned(info, rotation)
