@@ -174,17 +174,14 @@ def keys_for(model_type: str) -> FamilyKeys:
 
 
 def _places(path: Path, read_json) -> list[tuple[str, str, dict]]:
-    """(place, how messages name it, settings) of the folder, as ``tokens.rules.processor_settings`` picks them."""
-    nested = read_json(path / "processor_config.json")
-    places = []
-    for place, hub, section in (("image", "preprocessor_config.json", "image_processor"),
-                                ("video", "video_preprocessor_config.json", "video_processor")):  # fmt: skip
-        settings = read_json(path / hub)
-        if settings:
-            places.append((place, f"{path / hub}: ", settings))
-        elif isinstance(nested.get(section), dict):
-            places.append((place, f"{path / 'processor_config.json'}: {section}.", nested[section]))
-    top = {k: v for k, v in nested.items() if k not in _SECTIONS}
+    """(place, how messages name it, settings) of the folder: the image and video settings as
+    ``tokens.rules.processor_settings`` picks them, and processor_config.json's top level."""
+    from ..tokens.rules import processor_settings  # the tokens package imports the families
+
+    image, video, where = processor_settings(path)
+    places = [(place, f"{path}/{where[place]}", settings) for place, settings in (("image", image), ("video", video))
+              if settings]  # fmt: skip
+    top = {k: v for k, v in read_json(path / "processor_config.json").items() if k not in _SECTIONS}
     places.append(("processor", f"{path / 'processor_config.json'}: ", top))
     return places
 

@@ -208,22 +208,25 @@ def resolve_video(video: VideoConfig | None, *defaults: VideoConfig | None, fact
     return VideoConfig(**values)
 
 
-def processor_settings(path: Path) -> tuple[dict, dict, str | None]:
-    """(image processor settings, video processor settings, the file they came from) for both layouts.
+def processor_settings(path: Path) -> tuple[dict, dict, dict[str, str]]:
+    """(image processor settings, video processor settings, where each came from) for both layouts.
 
     Hub layout: ``preprocessor_config.json`` + ``video_preprocessor_config.json``; transformers 5
     ``save_pretrained``: ``processor_config.json`` with ``image_processor`` / ``video_processor`` dicts.
-    The hub files win where both exist (``from_pretrained`` reads them first).
+    The hub files win where both exist (``from_pretrained`` reads them first). Where: ``{"image":
+    "preprocessor_config.json: ", "video": "processor_config.json: video_processor."}``, the prefix messages
+    put before a key (a part with no settings has none).
     """
-    image = _read_json(path / "preprocessor_config.json")
-    video = _read_json(path / "video_preprocessor_config.json")
-    source = "preprocessor_config.json" if image else None
     nested = _read_json(path / "processor_config.json")
-    if not image and isinstance(nested.get("image_processor"), dict):
-        image, source = nested["image_processor"], "processor_config.json"
-    if not video and isinstance(nested.get("video_processor"), dict):
-        video = nested["video_processor"]
-    return image, video, source
+    found, where = {}, {}
+    for part, hub, section in (("image", "preprocessor_config.json", "image_processor"),
+                               ("video", "video_preprocessor_config.json", "video_processor")):  # fmt: skip
+        found[part] = _read_json(path / hub)
+        if found[part]:
+            where[part] = f"{hub}: "
+        elif isinstance(nested.get(section), dict):
+            found[part], where[part] = nested[section], f"processor_config.json: {section}."
+    return found["image"], found["video"], where
 
 
 def _int_settings(merged: dict) -> dict:
@@ -317,7 +320,7 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         _check_model_type(model.model_type, path, folder_type)
     model_type = resolved_model_type(model)
     family = family_for(str(model_type))
-    pre, video_pre, _source = processor_settings(path)
+    pre, video_pre, _where = processor_settings(path)
     # from_pretrained merges kwargs over the file; min/max_pixels then win over size (Qwen2VLImageProcessor)
     merged = {**pre, **model.processor_kwargs}
     settings = _int_settings(merged)
