@@ -73,8 +73,6 @@ from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_
 from .processor_frames import frame_rule
 
 if TYPE_CHECKING:
-    from ..config import VideoConfig
-    from ..media import VideoInfo, VideoSampling
     from ..tokens.media_info import MediaInfo
     from ..tokens.rules import ModelRules
 
@@ -152,15 +150,6 @@ class InternVLFamily:
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
         return None  # any image or frame size: the processors resize into their tiles
-
-    def sample_video(self, rules: ModelRules, info: VideoInfo, video: VideoConfig, *, part: str) -> VideoSampling:
-        """The frames ``InternVLVideoProcessor.sample_frames`` picks where the folder says ``do_sample_frames:
-        true`` (``video.sampler`` then ``hf_processor``), else the shared sampler's, as before (module doc)."""
-        if rules.frame_rule is not None and video.sampler == "hf_processor":
-            return rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)
-        from ..media import sample_video
-
-        return sample_video(info, video, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
 
     def tiles(self, rules: ModelRules, media: MediaInfo) -> int:
         """Tiles (thumbnail included) the image processor makes of this image."""

@@ -199,14 +199,11 @@ class LlavaOnevisionFamily:
         return None  # any image size and frame count: the processors resize to the tile size
 
     def sample_video(self, rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str) -> VideoSampling:
-        """The frames ``LlavaOnevisionVideoProcessor`` samples itself where its settings say ``do_sample_frames:
-        true`` (``video.sampler`` then ``hf_processor``; ``processor_frames``), else the shared sampler's (``video:``;
-        they depend on the frame count and rate alone). The size the shared sampler picks is not used: the video
-        processor resizes every frame to the tile size and the loader hands it the frames as decoded. So the
-        sampler is asked about a tile-sized frame, and a video past 200:1 is not refused for a resize that never
-        happens."""
-        if rules.frame_rule is not None and settings.sampler == "hf_processor":  # the processor's own frames
-            return rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)
+        """The shared sampler's frames (``video:``; they depend on the frame count and rate alone), where the video
+        processor does not sample its own (``sample_for`` takes ``rules.frame_rule`` first). The size it picks is not
+        used: the video processor resizes every frame to the tile size and the loader hands it the frames as
+        decoded. So the sampler is asked about a tile-sized frame, and a video past 200:1 is not refused for a
+        resize that never happens."""
         from ..media import sample_video
 
         height, width = rules.tile_size

@@ -40,11 +40,14 @@ MediaInfo = ImageMedia | VideoMedia
 
 
 def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str = "video") -> VideoSampling:
-    """The frames and size for ``info``: the family's own sampling where its video processor samples frames
-    itself (``Family.sample_video``, GLM-4V), else the shared sampler (``media.sample_video``). Scan and
-    loader both call this, so they pick the same frames."""
+    """The frames and size for ``info``: the video processor's own rule where the folder asks for it
+    (``rules.frame_rule``: InternVL, LLaVA-OneVision with ``do_sample_frames: true``), the family's own sampling
+    where its video processor samples frames itself (``Family.sample_video``, GLM-4V), else the shared sampler
+    (``media.sample_video``). Scan and loader both call this, so they pick the same frames."""
     family = family_for(rules.model_type)
-    if family is not None and hasattr(family, "sample_video"):
+    if rules.frame_rule is not None and settings.sampler == "hf_processor":  # the video processor's own frames
+        sampling = rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)  # (InternVL, LLaVA-OneVision)
+    elif family is not None and hasattr(family, "sample_video"):
         sampling = family.sample_video(rules, info, settings, part=part)
     else:
         sampling = sample_video(info, settings, factor=rules.factor, temporal_factor=rules.temporal_patch_size, part=part)
