@@ -22,10 +22,12 @@ class Reason(StrEnum):
     MISSING_MEDIA = "missing_media"  # a referenced media part is not in the sample
     MEDIA_MISMATCH = "media_mismatch"  # <image>/<video> tags and media lists disagree in count
     CORRUPT_MEDIA = "corrupt_media"  # a media part cannot be read (header, container, or decode_check)
+    TRUNCATED_MEDIA = "truncated_media"  # a media part's data ends before its own structure says it does
     UNSUPPORTED_ASPECT = "unsupported_aspect"  # aspect ratio the family's resize refuses
     UNSUPPORTED_MEDIA = "unsupported_media"  # a media kind the model family cannot take
     NO_LABELS = "no_labels"  # nothing to learn: no assistant token under loss.train_on=assistant
     OVERLONG = "overlong"  # longer than sample.max_token_len (applied at bucket)
+    LAYOUT_UNFIT = "layout_unfit"  # the published sample.sample_type cannot hold this sample (applied at bucket)
     DUPLICATE_KEY = "duplicate_key"  # the key appears twice in one shard
     BAD_MEMBER_NAME = "bad_member_name"  # a tar member name that is not valid UTF-8
     DUPLICATE_MEMBER = "duplicate_member"  # the same member name twice in one sample (which copy is meant?)
