@@ -109,8 +109,10 @@ def test_rerun_is_a_noop_and_config_change_reruns(tmp_path):
     assert again_bucket.skipped and again_plan.skipped
     assert plan_path(config.work_dir).stat().st_mtime_ns == before
     other = _config(tmp_path, packing={"algorithm": "first_fit_decreasing"})
-    with pytest.raises(StaleArtifactError, match="rerun `vlmpack bucket`"):
-        plan.run(other)  # bins were built under another packing config
+    with pytest.raises(StaleArtifactError, match=r"bins was built from other inputs \(settings that changed since: "
+                                                 r"packing\.algorithm \"best_fit_decreasing\" -> "
+                                                 r"\"first_fit_decreasing\"\): rerun `vlmpack bucket`"):
+        plan.run(other)  # bins were built under another packing config: the key, both values, the stage to rerun
     assert not bucket.run(other).skipped
     assert not plan.run(other).skipped
     # what only the plan reads (order, step balancing, costs) reruns the plan on the same bins
@@ -128,7 +130,7 @@ def test_new_manifest_makes_bins_stale(tmp_path):
     _run_all(config)
     with Manifest(manifest_path(config.work_dir)) as manifest:
         manifest.set_meta({"fingerprint": "a-new-scan"})
-    with pytest.raises(StaleArtifactError, match="another manifest"):
+    with pytest.raises(StaleArtifactError, match=r"the manifest was scanned again since\): rerun `vlmpack bucket`"):
         plan.run(config)
     with pytest.raises(StaleArtifactError):
         stats.run(config)

@@ -116,7 +116,8 @@ def test_a_processor_dir_elsewhere_is_accepted_only_when_its_token_files_are_the
 def test_write_refuses_a_config_that_is_not_the_scans(written):
     before = _settings(written.config)
     other = dataclasses.replace(written.config, video=dataclasses.replace(written.config.video, fps=1.0))
-    with pytest.raises(StaleArtifactError, match="scanned with other settings"):
+    with pytest.raises(StaleArtifactError, match=r"manifest.sqlite was built from other inputs \(settings that changed "
+                                                 r"since: video\.fps 2\.0 -> 1\.0\).*`vlmpack scan --rescan`"):
         write.run(other)
     assert _settings(written.config) == before  # the output was left alone
 

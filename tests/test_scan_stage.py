@@ -140,7 +140,8 @@ def test_rerun_is_a_no_op_and_other_inputs_are_refused(tmp_path, faulty_wds, qwe
     assert not first.skipped and again.skipped
     assert again.counts["ok"] == first.counts["ok"] and again.counts["dropped"] == first.counts["dropped"]
     assert scan.run(load_config(config, ("sample.max_token_len=4096",))).skipped  # capacity is bucket's business
-    with pytest.raises(StaleArtifactError, match="Delete"):
+    with pytest.raises(StaleArtifactError, match=r"model\.processor_kwargs\.max_pixels \(now 200704; not set "
+                                                 r"before\).*`vlmpack scan --rescan`"):
         scan.run(load_config(config, ("model.processor_kwargs.max_pixels=200704",)))
     result = CliRunner().invoke(cli, ["scan", "--config", str(config), "--set", "video.fps=1.0"])
     assert result.exit_code != 0 and isinstance(result.exception, StaleArtifactError)

@@ -19,7 +19,13 @@ __all__ = ["command"]
     help="Dry run: scan only the first N shards (sorted by path) to try the config. They are kept in the "
     "manifest, which stays unfinished (bucket refuses it) until a run without --limit-shards scans the rest.",
 )
-def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | None) -> None:
+@click.option(
+    "--rescan",
+    is_flag=True,
+    help="Count every sample again: replace the manifest (manifest.sqlite and manifest.jsonl) instead of "
+    "resuming it. Needed after a change of a setting the counts depend on (the refusal names it).",
+)
+def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | None, rescan: bool) -> None:
     """Count exact tokens of every sample of the WebDataset shards into work_dir/manifest.sqlite.
 
     Runs process.workers processes over shards, commits per shard and resumes after a crash:
@@ -28,4 +34,4 @@ def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | No
     """
     from ..stages import scan
 
-    run_stage(scan.run, config_path, overrides, limit_shards=limit_shards)
+    run_stage(scan.run, config_path, overrides, limit_shards=limit_shards, rescan=rescan)

@@ -43,11 +43,13 @@ from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
 from ..packing.copies import copies, separate_copies
 from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
+from ..provenance import flat_settings
 from ..reasons import Reason
+from ..scan_inputs import check_manifest_current
 from ..stage_result import StageResult
 from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint, source_counts
 
-__all__ = ["run", "bins_dir", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
+__all__ = ["run", "bins_dir", "bins_settings", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
            "read_overlong_ids"]
 
 
@@ -60,17 +62,22 @@ _PLAN_ONLY = {"packing": ("seed", "balance_world_size", "cost"),
               "parallel": ("data_parallel_size", "micro_batches_per_step", "loader_workers")}
 
 
-def bins_fingerprint(config: Config, manifest_fp: str) -> str:
+def bins_settings(config: Config) -> dict:
+    """What the bins depend on besides the manifest, flat by name (``provenance.flat_settings``)."""
     sections = section_fingerprint_payload(config, "sample", "packing", "parallel")
     for section, keys in _PLAN_ONLY.items():
         for key in keys:
             sections[section].pop(key)
-    payload = {"config": sections, "manifest": manifest_fp}
     if config.data.sources:  # the mixture's rules and the seed of its draws (not the sources' shards: the scan's)
-        payload["mixture"] = {"rules": [dataclasses.asdict(r) for r in rules_of(config)], "by": config.data.mix_by,
-                              "epochs": config.plan.epochs, "seed": config.packing.seed,
-                              "allow_empty": config.data.allow_empty_sources}
-    return fingerprint(payload)
+        sections["mixture"] = {"rules": {r.name: {"kind": r.kind, "value": r.value} for r in rules_of(config)},
+                               "order": [r.name for r in rules_of(config)], "by": config.data.mix_by,
+                               "epochs": config.plan.epochs, "seed": config.packing.seed,
+                               "allow_empty": config.data.allow_empty_sources}
+    return flat_settings(sections)
+
+
+def bins_fingerprint(config: Config, manifest_fp: str) -> str:
+    return fingerprint({"settings": bins_settings(config), "manifest": manifest_fp})
 
 
 def read_bins_meta(config: Config) -> dict | None:
@@ -181,7 +188,10 @@ def mixture_uses(samples: OkSamples, config: Config,
 
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
-    expected = bins_fingerprint(config, manifest_fingerprint(config.work_dir))
+    manifest_fp = manifest_fingerprint(config.work_dir)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        check_manifest_current(config, manifest)  # a changed counting setting: rescan first, said by name
+    expected = bins_fingerprint(config, manifest_fp)
     meta = read_bins_meta(config)
     if meta is not None and meta.get("fingerprint") == expected:
         skipped = StageResult(stage="bucket", skipped=True, summary=[f"bins up to date ({bins_dir(config)})"])
@@ -215,7 +225,8 @@ def run(config: Config) -> StageResult:
     n_packs = sum(g["n_packs"] for g in group_meta)
     n_packed = int(uses.sum())  # sub-samples: a sample used twice counts twice
     meta = {
-        "stage": "bucket", "fingerprint": expected, "capacity": capacity, "alignment": alignment.record(),
+        "stage": "bucket", "fingerprint": expected, "settings": bins_settings(config), "manifest_fingerprint": manifest_fp,
+        "capacity": capacity, "alignment": alignment.record(),
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
         "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
         "n_left_out": int(np.count_nonzero((uses == 0) & (aligned <= capacity))),

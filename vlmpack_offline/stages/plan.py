@@ -31,22 +31,28 @@ from ..errors import PlanError, StaleArtifactError
 from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..packing.interleave import Mix, StepMix, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
+from ..provenance import flat_settings
 from ..reasons import Reason
 from ..schedule import Schedule, balance, step_ratios
 from ..stage_result import StageResult
 from ..stats import compute_stats, stats_paths, write_stats
+from ._freshness import check_upstream
 from ._ok_samples import manifest_fingerprint
 from .bucket import bins_dir, bins_fingerprint, read_bins_meta
 
 __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 
 
+def plan_settings(config: Config) -> dict:
+    """What the plan depends on besides the bins, flat by name (``provenance.flat_settings``)."""
+    return flat_settings({"cost_model": cost_model(config).record(),
+                          **section_fingerprint_payload(config, "sample", "packing", "parallel", "split")})
+
+
 def plan_fingerprint(config: Config) -> tuple[str, str]:
     """(expected bins fingerprint, expected plan fingerprint) for the current manifest and config."""
     bins_fp = bins_fingerprint(config, manifest_fingerprint(config.work_dir))
-    payload = {"bins": bins_fp, "cost": cost_model(config).record(),
-               "config": section_fingerprint_payload(config, "sample", "packing", "parallel", "split")}
-    return bins_fp, fingerprint(payload)
+    return bins_fp, fingerprint({"bins": bins_fp, "settings": plan_settings(config)})
 
 
 def cost_model(config: Config) -> CostModel:
@@ -134,15 +140,9 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
 
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
+    check_upstream(config, "plan")  # the manifest and the bins are this config's, or it says what changed
     bins_fp, expected = plan_fingerprint(config)
     bins_meta = read_bins_meta(config)
-    if bins_meta is None:
-        raise StaleArtifactError(f"no bins in {bins_dir(config)}: run `vlmpack bucket --config ...` first")
-    if bins_meta.get("fingerprint") != bins_fp:
-        raise StaleArtifactError(
-            f"{bins_dir(config)} was built from another manifest or sample / packing / parallel config "
-            f"(fingerprint {bins_meta.get('fingerprint')} != {bins_fp}): rerun `vlmpack bucket`"
-        )
     meta = read_plan_meta(config.work_dir)
     if meta is not None and meta.get("fingerprint") == expected and plan_path(config.work_dir).exists() \
             and _stats_done(config.work_dir, expected):
@@ -178,6 +178,7 @@ def run(config: Config) -> StageResult:
     drops[Reason.OVERLONG] = drops.get(Reason.OVERLONG, 0) + int(overlong.size)
     meta = {
         "stage": "plan", "fingerprint": expected, "bins_fingerprint": bins_fp, "capacity": capacity,
+        "settings": plan_settings(config),
         "manifest_fingerprint": manifest_fingerprint(config.work_dir),
         "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": int(plan_arrays.sample_index.size),
         "n_left_out": int(bins_meta.get("n_left_out", 0)),

@@ -31,8 +31,9 @@ from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
+from ..provenance import changes, stale_message
 from ..reasons import Reason
-from ..scan_inputs import scan_inputs_fingerprint
+from ..scan_inputs import RESCAN_HINT, scan_inputs_fingerprint, scan_settings
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
 from ..tokens.factory import counting_path, video_sampling
@@ -190,7 +191,7 @@ def _record_budget(manifest: Manifest, budget: float | None, retried: bool) -> N
     manifest.set_meta({_BUDGET_KEY: "none" if value == float("inf") else repr(value)})
 
 
-def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Manifest:
+def _open_manifest(config: Config, settings: dict, tasks: list[ShardTask]) -> Manifest:
     path = manifest_path(config.work_dir)
     manifest = Manifest(path)
     version = manifest.get_meta("schema_version")
@@ -198,42 +199,49 @@ def _open_manifest(config: Config, inputs_fp: str, tasks: list[ShardTask]) -> Ma
         manifest.close()
         raise StaleArtifactError(
             f"{path} was written by another vlmpack version (manifest schema {version}, this one reads "
-            f"{MANIFEST_SCHEMA_VERSION}). Delete {config.work_dir} or set data.work_dir to a new folder."
+            f"{MANIFEST_SCHEMA_VERSION}): {RESCAN_HINT} (it replaces the manifest)"
         )
+    inputs_fp = scan_inputs_fingerprint(config, settings)
     recorded = manifest.get_meta("scan_inputs")
     if recorded is not None and recorded != inputs_fp and not manifest.done_shards():
         # a scan that stopped before its first shard (a worker could not start...): start over
         recorded = None
     if recorded is not None and recorded != inputs_fp:
-        before = manifest.get_meta("processor")
+        found = changes(json.loads(manifest.get_meta("scan_settings") or "{}"), settings)
         manifest.close()
-        what = (
-            f"the processor folder changed from {before} to {config.model.processor_path}"
-            if before and before != config.model.processor_path
-            else "config data (its wds_dir, or data.sources' names, shards or template_text_key), model, video or "
-            "the processor folder's files changed; a new weight, repeat or count never rescans"
-        )
-        raise StaleArtifactError(
-            f"{path} was built from other inputs ({what}: {recorded} != {inputs_fp}). "
-            f"Delete {config.work_dir} or set data.work_dir to a new folder."
-        )
+        raise StaleArtifactError(stale_message(
+            str(path), found,
+            f"the counts of the shards already scanned depend on these; {RESCAN_HINT} (it replaces the manifest), "
+            "or restore the old values to resume",
+            unnamed="a manifest of an older vlmpack, which did not record its settings by name",
+        ))
     names = {t.shard for t in tasks}
     gone = sorted(s for s in manifest.done_shards() if s not in names)
     if gone:
         manifest.close()
         raise StaleArtifactError(
-            f"{path} holds shards that are no longer in data.wds_dir ({', '.join(gone[:3])}...). "
-            f"Delete {config.work_dir} or set data.work_dir to a new folder."
+            f"{path} holds shards that are no longer in data.wds_dir ({', '.join(gone[:3])}...): "
+            f"{RESCAN_HINT} (it replaces the manifest), or restore the shards"
         )
     if recorded is None:
         manifest.set_meta(
             {
                 "schema_version": str(MANIFEST_SCHEMA_VERSION),
                 "scan_inputs": inputs_fp,
+                "scan_settings": json.dumps(settings, sort_keys=True),
                 "processor": config.model.processor_path,
             }
         )
     return manifest
+
+
+def _remove_manifest(config: Config) -> None:
+    """``--rescan``: the scan's own files go (sqlite with its journal files, and the JSONL report), nothing else;
+    the later stages' artifacts then no longer match the new manifest and are rebuilt or refused."""
+    path = manifest_path(config.work_dir)
+    for name in (path.name, path.name + "-journal", path.name + "-wal", path.name + "-shm"):
+        (path.parent / name).unlink(missing_ok=True)
+    manifest_jsonl_path(config).unlink(missing_ok=True)
 
 
 def _outcomes(config: Config, tasks: list[ShardTask]):
@@ -323,12 +331,13 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
     return lines, counts
 
 
-def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
+def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False) -> StageResult:
     """Scan every shard not yet in the manifest; a finished, unchanged scan is a no-op.
 
     ``limit_shards``: a trial on the first N shards (sorted by path). They are kept in the
     manifest, which stays unfinished (later stages refuse it) until a run without the limit
-    scans the rest.
+    scans the rest. ``rescan``: replace the manifest instead of resuming it (a manifest counted with
+    other settings is refused, naming them, until then).
     """
     start = time.perf_counter()
     if limit_shards is not None and limit_shards < 1:
@@ -340,9 +349,11 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
     counting = [counting_path(rules), *filter(None, [video_sampling(rules)])]
     tasks, empty_sources = discover_sources(config)
     selected = tasks[:limit_shards] if limit_shards else tasks
-    inputs_fp = scan_inputs_fingerprint(config)
+    settings = scan_settings(config)
     jsonl = manifest_jsonl_path(config)
-    with _open_manifest(config, inputs_fp, tasks) as manifest:
+    if rescan:
+        _remove_manifest(config)
+    with _open_manifest(config, settings, tasks) as manifest:
         budget = _budget_of(config.process.max_seconds_per_sample)
         pending = _pending(selected, manifest, budget)
         # every shard with too_slow samples is rescanned under this larger budget (none left out by --limit)
@@ -371,6 +382,7 @@ def run(config: Config, *, limit_shards: int | None = None) -> StageResult:
         left = len(_pending(tasks, manifest))
         if not left:
             shard_rows = [(s.shard, s.size, s.mtime_ns, s.n_samples, s.status) for s in manifest.shards()]
+            inputs_fp = scan_inputs_fingerprint(config, settings)
             manifest.set_meta({"fingerprint": fingerprint({"inputs": inputs_fp, "shards": shard_rows})})
         seconds = time.perf_counter() - start
         base = {

@@ -76,11 +76,10 @@ from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
 from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
-from ..packing.alignment import Alignment
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
-from ..scan_inputs import scan_inputs_fingerprint
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
+from ._freshness import check_upstream
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
@@ -534,20 +533,6 @@ def _refuse_foreign_output(out_dir: Path) -> None:
         )
 
 
-def _check_scan_inputs(config: Config, manifest: Manifest) -> None:
-    """Refuse a config whose data/sample/model/video settings or processor files are not the scan's:
-    ``vlmpack.json`` must record what the plan was made with."""
-    recorded = manifest.get_meta("scan_inputs")
-    if recorded is None:  # a manifest not made by `vlmpack scan` (hand-built in tests): nothing to compare
-        return
-    if scan_inputs_fingerprint(config) != recorded:
-        raise StaleArtifactError(
-            f"{manifest_path(config.work_dir)} was scanned with other settings than this config's "
-            "(data/sample/model/video sections or the processor directory's files changed): use the scan's "
-            "config, or rerun `vlmpack scan`, `bucket`, `plan` with the new one"
-        )
-
-
 class _SplitsOf(Sequence):
     """Each plan position's split name, read from the plan's int8 array (no per-pack objects)."""
 
@@ -567,18 +552,6 @@ def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
         raise PlanError(f"no finished plan in {config.work_dir}: run `vlmpack plan --config {config.source}` first")
     if not meta.get("fingerprint"):
         raise PlanError(f"{config.work_dir}/pack_plan.meta.json has no fingerprint: rerun `vlmpack plan`")
-    capacity = meta.get("capacity")
-    if capacity is not None and int(capacity) != config.sample.max_token_len:
-        raise StaleArtifactError(
-            f"the plan was made for capacity {capacity} but sample.max_token_len is "
-            f"{config.sample.max_token_len}: rerun `vlmpack bucket` and `vlmpack plan`"
-        )
-    planned = Alignment.from_record(meta.get("alignment"))
-    if planned.multiple != config.alignment.multiple:
-        raise StaleArtifactError(
-            f"the plan was aligned for {planned.describe()}, but this config asks for "
-            f"{config.alignment.describe()}: rerun `vlmpack bucket` and `vlmpack plan` with this config"
-        )
     return meta, read_plan_arrays(config.work_dir)
 
 
@@ -590,10 +563,7 @@ def run(config: Config) -> StageResult:
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)
     meta, plan = _load_plan(config)
-    if not manifest_path(config.work_dir).is_file():
-        raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
-    with Manifest(manifest_path(config.work_dir)) as manifest:
-        _check_scan_inputs(config, manifest)  # before anything in out_dir is touched
+    check_upstream(config, "write")  # manifest, bins and plan are this config's (before out_dir is touched)
     settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"), meta.get("mixture"))
     fp = write_fingerprint(config, meta["fingerprint"], settings)
     marker = _read_marker(out_dir)
