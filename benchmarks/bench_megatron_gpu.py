@@ -36,7 +36,7 @@ import time
 import torch
 
 from vlmpack_offline.loader import PackDataset, PackEncoder
-from vlmpack_offline.loader.adapters import MegatronAdapter, cp_slice, packed_seq_params
+from vlmpack_offline.loader.adapters.megatron import MegatronAdapter, cp_slice, packed_seq_params, to_device
 
 
 def _args() -> argparse.Namespace:
@@ -157,11 +157,9 @@ def _train(args: argparse.Namespace, batches: list[dict]) -> int:
                 torch.cuda.synchronize()
                 started, real = time.perf_counter(), 0
             if arm == "packed":
-                fields = cp_slice({**batch, "position_ids": _text_positions(batch)}, args.cp, rank)
-                params = packed_seq_params(batch)
-                for name in ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded"):
-                    setattr(params, name, getattr(params, name).cuda())
-                step(fields, params)
+                text = {**batch, "position_ids": _text_positions(batch), "visual_inputs": None}  # the LM alone
+                fields = to_device(cp_slice(text, args.cp, rank), "cuda")
+                step(fields, packed_seq_params(fields))  # its cu_seqlens on the GPU, as TE's attention needs
             else:
                 step(get_batch_on_this_cp_rank(_padded_rows(batch, args.cp)))
             real += int(batch["cu_seqlens_q"][-1])

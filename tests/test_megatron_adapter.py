@@ -16,7 +16,6 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from vlmpack_offline.config import Config
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder, VisionInputs
 from vlmpack_offline.loader.adapters import MegatronAdapter, cp_partition_indices, cp_slice, packed_seq_params
+from vlmpack_offline.loader.adapters.megatron import core_thd_inputs
 from vlmpack_offline.loader.adapters.megatron_stream import MegatronPackStream
 from vlmpack_offline.packing.alignment import Alignment
 from vlmpack_offline.stages import verify
@@ -34,6 +34,7 @@ from vlmpack_offline.synthetic.shards import generate_dataset
 from vlmpack_offline.synthetic.tiny_models import tiny_qwen_vl
 
 mcore_utils = pytest.importorskip("megatron.core.utils")
+from _te_partition import core_rank_indices, te_partition_on_cpu  # noqa: E402
 from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
@@ -109,10 +110,7 @@ def test_packed_seq_params_is_megatron_cores_own():
     params = packed_seq_params(batch)
     assert isinstance(params, PackedSeqParams) and params.qkv_format == "thd"
     # megatron-core builds the same parameters from the same boundaries (cp_size 1: no TE needed)
-    _, theirs = mcore_utils.get_thd_batch_on_this_cp_rank(
-        {"tokens": batch["tokens"].clone()}, batch["cu_seqlens_q"], batch["cu_seqlens_q_padded"],
-        batch["max_seqlen_q"][None], cp_size=1, cp_rank=0,
-    )
+    _, theirs = mcore_utils.get_thd_batch_on_this_cp_rank(*core_thd_inputs(batch).args, cp_size=1, cp_rank=0)
     for name in ("qkv_format", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded",
                  "max_seqlen_q", "max_seqlen_kv"):
         ours, core = getattr(params, name), getattr(theirs, name)
@@ -126,20 +124,8 @@ def test_te_partition_rule_on_its_published_case():
     assert cp_partition_indices(cu, 2, 1).tolist() == [2, 3, 4, 5, 10, 11, 12, 13]
 
 
-def _core_rank_indices(cu_padded: torch.Tensor, cp: int, rank: int, monkeypatch) -> torch.Tensor:
-    """megatron-core's load-balanced split (get_batch_on_this_cp_rank) applied to each padded sub-sample."""
-    ps = mcore_utils.parallel_state
-    monkeypatch.setattr(ps, "get_context_parallel_world_size", lambda: cp)
-    monkeypatch.setattr(ps, "get_context_parallel_rank", lambda: rank)
-    parts = []
-    for start, end in zip(cu_padded[:-1].tolist(), cu_padded[1:].tolist(), strict=True):
-        piece = mcore_utils.get_batch_on_this_cp_rank({"tokens": torch.arange(start, end)[None]})
-        parts.append(piece["tokens"][0])
-    return torch.cat(parts)
-
-
 @pytest.mark.parametrize(("cp", "tp", "sp"), LAYOUTS)
-def test_cp_slices_are_megatron_cores_and_cover_every_token_once(aligned, cp, tp, sp, monkeypatch):
+def test_cp_slices_are_megatron_cores_and_cover_every_token_once(aligned, cp, tp, sp):
     adapter = MegatronAdapter.for_packed_dir(aligned.directory, context_parallel_size=cp,
                                              tensor_model_parallel_size=tp, sequence_parallel=sp)
     multiple = Alignment(context_parallel_size=cp, tensor_model_parallel_size=tp, sequence_parallel=sp).multiple
@@ -151,19 +137,15 @@ def test_cp_slices_are_megatron_cores_and_cover_every_token_once(aligned, cp, tp
         held = []
         for rank in range(cp):
             ours = cp_slice(batch, cp, rank)
-            index = _core_rank_indices(cu_padded, cp, rank, monkeypatch)
-            held.append(index)
-            # megatron-core's THD slicer, with TE's partition (CUDA-only) supplied as the per-sub-sample split
-            monkeypatch.setattr(mcore_utils, "tex", SimpleNamespace(
-                thd_get_partitioned_indices=lambda cu, total, size, r: _core_rank_indices(cu, size, r, monkeypatch)))
-            monkeypatch.setattr(mcore_utils, "is_te_min_version", lambda *_: True)
-            fields = {"tokens": batch["tokens"], "labels": batch["labels"], "loss_mask": batch["loss_mask"],
-                      "position_ids": batch["position_ids"].reshape(-1, batch["total_tokens"])}
-            theirs, _ = mcore_utils.get_thd_batch_on_this_cp_rank(
-                dict(fields), batch["cu_seqlens_q"], cu_padded, batch["max_seqlen_q"][None], cp_size=cp, cp_rank=rank)
-            for name in ("tokens", "labels", "loss_mask"):
+            held.append(core_rank_indices(cu_padded, cp, rank))
+            # megatron-core's THD slicer, unchanged, on the documented conversion (TE's CUDA-only partition
+            # supplied as megatron-core's per-sub-sample split)
+            core = core_thd_inputs(batch)
+            with te_partition_on_cpu():
+                sliced, _ = mcore_utils.get_thd_batch_on_this_cp_rank(*core.args, cp_size=cp, cp_rank=rank)
+            theirs = core.merge(sliced)
+            for name in ("tokens", "input_ids", "labels", "loss_mask", "position_ids"):
                 assert torch.equal(ours[name], theirs[name]), (name, cp, rank)
-            assert torch.equal(ours["position_ids"].reshape(-1, ours["tokens"].shape[-1]), theirs["position_ids"])
             if sp and tp > 1:
                 assert ours["tokens"].shape[-1] % tp == 0  # each CP share splits evenly over the TP ranks
         assert torch.equal(torch.cat(held).sort().values, torch.arange(batch["total_tokens"]))

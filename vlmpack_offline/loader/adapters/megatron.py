@@ -27,12 +27,25 @@ every CP rank gets the whole padded pack (Megatron-Bridge's Qwen3-VL / Qwen3.5-V
 the merge themselves: ``modelling_qwen3_vl/model.py``); ``cp_slice`` gives one rank's share of the
 token-aligned fields for models that take pre-sharded input (text-only packs, labels / loss_mask).
 
+megatron-core's own slicer, ``get_thd_batch_on_this_cp_rank`` (``megatron/core/utils.py``), takes
+Megatron-LM's ``get_batch`` layout rather than this dict: ``max_seqlen`` of shape ``[1]`` (it reads
+``max_seqlen[0]``) and only keys whose dimension 1 is the sequence (it cuts dimension 1 of each).
+``core_thd_inputs`` is that layout, one call away, and puts the rest back after the cut::
+
+    core = core_thd_inputs(batch)                      # tokens, labels, loss_mask, attention_mask, position_ids
+    sliced, params = get_thd_batch_on_this_cp_rank(*core.args, cp_size=cp, cp_rank=r)
+    mine = core.merge(sliced)                          # == cp_slice(batch, cp, r); params == packed_seq_params(batch)
+
+``to_device`` moves a batch to the GPU, the boundaries ``PackedSeqParams`` carries included (TE's THD
+attention reads them there).
+
 ``MegatronAdapter.for_packed_dir`` refuses a packed dataset planned for another layout: padding
 added here to data that was not aligned for it could push a full pack past its capacity.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +59,13 @@ from ..batch import PackBatch
 from ..labels import IGNORE_INDEX
 from .base import Adapter
 
-__all__ = ["MegatronAdapter", "MegatronVisualInputs", "cp_partition_indices", "cp_slice", "packed_seq_params"]
+__all__ = ["CoreThdInputs", "MegatronAdapter", "MegatronVisualInputs", "core_thd_inputs", "cp_partition_indices",
+           "cp_slice", "packed_seq_params", "to_device"]
 
 TOKEN_FIELDS = ("tokens", "input_ids", "labels", "loss_mask", "position_ids")  # cut along the sequence by cp_slice
+# stay on the host when a batch moves: PackedSeqParams takes them as ints (Megatron-Bridge's vlm_step keeps them
+# on the CPU too: _PACKED_SEQ_HOST_KEYS), so reading them never waits for the GPU
+HOST_FIELDS = ("max_seqlen_q", "max_seqlen_kv")
 
 
 class MegatronVisualInputs:
@@ -66,6 +83,11 @@ class MegatronVisualInputs:
 
     def normalized_for_model(self) -> dict[str, torch.Tensor]:
         return self.as_model_kwargs()
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MegatronVisualInputs:
+        """A copy with every field on ``device`` (this one is left as it is)."""
+        return MegatronVisualInputs(**{name: None if value is None else value.to(device, non_blocking=non_blocking)
+                                       for name, value in vars(self).items()})
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.as_model_kwargs().items())
@@ -168,8 +190,9 @@ def _padded_positions(positions: torch.Tensor, dest: torch.Tensor, cu: torch.Ten
 def cp_partition_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
     """Token indices CP rank ``cp_rank`` holds: chunks r and 2cp-1-r of every padded sub-sample (TE's rule)."""
     cu = cu_seqlens_padded.long().reshape(-1)
+    device = cu.device  # the indices live where the boundaries do, so a batch on the GPU is cut there
     if cp_size == 1:
-        return torch.arange(int(cu[-1]))
+        return torch.arange(int(cu[-1]), device=device)
     if not 0 <= cp_rank < cp_size:
         raise ValueError(f"cp_rank {cp_rank} is not in [0, {cp_size})")
     lengths = cu[1:] - cu[:-1]
@@ -177,10 +200,10 @@ def cp_partition_indices(cu_seqlens_padded: torch.Tensor, cp_size: int, cp_rank:
         raise ValueError(f"padded sub-sample lengths {lengths.tolist()} are not all multiples of 2 * cp_size = "
                          f"{2 * cp_size}: the pack was not padded for context_parallel_size {cp_size}")
     chunk = lengths // (2 * cp_size)
-    segment = torch.repeat_interleave(torch.arange(len(lengths)), 2 * chunk)
+    segment = torch.repeat_interleave(torch.arange(len(lengths), device=device), 2 * chunk)
     local_start = torch.zeros_like(cu)
     torch.cumsum(2 * chunk, 0, out=local_start[1:])
-    within = torch.arange(int(local_start[-1])) - local_start[:-1][segment]
+    within = torch.arange(int(local_start[-1]), device=device) - local_start[:-1][segment]
     c = chunk[segment]
     second = within >= c
     first_chunk = cp_rank * c + within
@@ -212,3 +235,63 @@ def packed_seq_params(micro_batch: dict[str, Any]):
         cu_seqlens_kv_padded=micro_batch["cu_seqlens_kv_padded"],
         max_seqlen_q=int(micro_batch["max_seqlen_q"]), max_seqlen_kv=int(micro_batch["max_seqlen_kv"]),
     )
+
+
+def to_device(micro_batch: dict[str, Any], device: torch.device | str, *, non_blocking: bool = False) -> dict[str, Any]:
+    """A ``MegatronAdapter`` batch (whole, or a ``cp_slice`` / ``CoreThdInputs.merge`` share) with every tensor on
+    ``device``: the token fields, the vision inputs and the ``cu_seqlens_*`` that ``packed_seq_params`` puts in
+    ``PackedSeqParams`` (TE's THD attention reads them on the GPU). ``max_seqlen_q`` / ``_kv`` stay on the host
+    (``HOST_FIELDS``). A tensor held under two keys (``tokens`` is ``input_ids``) is moved once."""
+    moved: dict[int, Any] = {}
+
+    def move(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor | MegatronVisualInputs):
+            return value
+        if id(value) not in moved:
+            moved[id(value)] = value.to(device, non_blocking=non_blocking)
+        return moved[id(value)]
+
+    return {name: value if name in HOST_FIELDS else move(value) for name, value in micro_batch.items()}
+
+
+SEQUENCE_KEYS = ("tokens", "labels", "loss_mask", "attention_mask", "position_ids")  # Megatron-LM get_batch's order
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreThdInputs:
+    """A ``MegatronAdapter`` batch in the layout megatron-core's ``get_thd_batch_on_this_cp_rank`` takes
+    (``megatron/core/utils.py``; Megatron-LM's ``pretrain_gpt.get_batch`` calls it the same way): that
+    function cuts dimension 1 of every key of its dict except ``attention_mask`` and reads ``max_seqlen[0]``.
+    So the dict holds only the sequence fields, mRoPE ``position_ids`` ``[3, 1, T]`` as ``[3, T]`` (each of
+    the three axes cut with the same indices, as ``cp_slice`` cuts them); the vision inputs, boundaries and
+    counts stay out of the cut and come back with ``merge``."""
+
+    batch: dict[str, torch.Tensor | None]  # tokens, labels, loss_mask, attention_mask (None), position_ids [R, T]
+    cu_seqlens: torch.Tensor  # int32 [n+1], the real boundaries
+    cu_seqlens_padded: torch.Tensor  # int32 [n+1], the padded ones TE's partition reads
+    max_seqlen: torch.Tensor  # int32 [1], the longest padded sub-sample
+    source: dict[str, Any]  # the adapter batch these came from: what merge puts back
+
+    @property
+    def args(self) -> tuple[dict[str, torch.Tensor | None], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``get_thd_batch_on_this_cp_rank``'s positional arguments; the dict is a fresh one (it is cut in place)."""
+        return dict(self.batch), self.cu_seqlens, self.cu_seqlens_padded, self.max_seqlen
+
+    def merge(self, sliced: dict[str, torch.Tensor | None]) -> dict[str, Any]:
+        """The adapter batch with one CP rank's share of the sequence fields: the keys and shapes of ``cp_slice``."""
+        out = dict(self.source)
+        tokens = sliced["tokens"]
+        out.update(tokens=tokens, input_ids=tokens, labels=sliced["labels"], loss_mask=sliced["loss_mask"])
+        positions = sliced["position_ids"]
+        out["position_ids"] = positions.reshape(*self.source["position_ids"].shape[:-1], positions.shape[-1])
+        return out
+
+
+def core_thd_inputs(micro_batch: dict[str, Any]) -> CoreThdInputs:
+    """What megatron-core's ``get_thd_batch_on_this_cp_rank`` takes, from a ``MegatronAdapter`` batch (class doc)."""
+    total = micro_batch["tokens"].shape[-1]
+    batch = {name: micro_batch.get(name) for name in SEQUENCE_KEYS}
+    batch["position_ids"] = micro_batch["position_ids"].reshape(-1, total)
+    return CoreThdInputs(batch=batch, cu_seqlens=micro_batch["cu_seqlens_q"],
+                         cu_seqlens_padded=micro_batch["cu_seqlens_q_padded"],
+                         max_seqlen=micro_batch["max_seqlen_q"].reshape(1), source=micro_batch)
