@@ -58,7 +58,7 @@ UNCUT_FIELDS = ("visual_inputs", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_
 def packed_dir(tmp_path_factory, qwen25_processor_dir) -> Path:
     """Qwen2.5-VL packs (mRoPE positions, images and videos), planned for cp up to 4 (align_to 8)."""
     src = tmp_path_factory.mktemp("core_src")
-    generate_dataset(src, seed=11, n_shards=1, samples_per_shard=12, include_faults=False)
+    generate_dataset(src, seed=5, n_shards=2, samples_per_shard=10, include_faults=False)
     config = build_packed(tmp_path_factory.mktemp("core_packed"), src, qwen25_processor_dir,
                           parallel={"context_parallel_size": 4}, packing={"align_to": 8})
     return config.packed_wds_dir
