@@ -151,7 +151,7 @@ def test_bucket_drops_samples_over_capacity_as_overlong(tmp_path):
     ok = _write_manifest(config.work_dir, drops=("bad_json",))
     _run_all(config)
     assert not (config.work_dir / "bins" / "overlong.jsonl").read_text()
-    small = _config(tmp_path, sample={"max_token_len": CAPACITY // 2})
+    small = _config(tmp_path, sample={"max_token_len": CAPACITY // 2}, scan={"max_drop_ratio": 1.0})  # cuts on purpose
     result_bucket, _ = _run_all(small)
     report = [json.loads(line) for line in (small.work_dir / "bins" / "overlong.jsonl").read_text().splitlines()]
     too_long = {sid for sid, n in ok.items() if n > CAPACITY // 2}
@@ -287,7 +287,7 @@ def test_stats_writes_png_and_json_with_drops(tmp_path):
 
 
 def test_stats_figure_panels_show_capacity_groups_sizes_and_drops(tmp_path):
-    config = _config(tmp_path, sample={"max_token_len": CAPACITY // 2})
+    config = _config(tmp_path, sample={"max_token_len": CAPACITY // 2}, scan={"max_drop_ratio": 1.0})
     _write_manifest(config.work_dir, drops=("bad_json",))
     _run_all(config)
     plan_arrays = read_plan_arrays(config.work_dir)

@@ -116,9 +116,10 @@ def test_a_capacity_no_sample_fits_fails_bucket_after_its_report(tmp_path, qwen2
     assert fits.exit_code == 0 and "no sample fits" not in fits.output and "warning" not in fits.output
 
 
-def test_a_capacity_that_cuts_more_than_the_ratio_warns(tmp_path, qwen25_processor_dir):
-    """Answers of 1..6 words: a capacity below the longest cuts the long ones; above the ratio that is a
-    warning, not a failure (a capacity that drops a long tail can be a choice)."""
+def test_a_capacity_that_cuts_more_than_the_ratio_fails_every_stage_after_bucket_alike(tmp_path, qwen25_processor_dir):
+    """Answers of 1..6 words: a capacity below the longest cuts the long ones. The scan dropped nothing, but
+    overlong is a loss like any other: past scan.max_drop_ratio bucket exits 1 after its reports (with the
+    lengths it cut), plan, write and pack_wds.sh stop with the same line; a ratio that allows it goes on."""
     chats = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": " ".join(["word"] * n)}]}
              for n in range(1, 7)]  # fmt: skip
     write_shard(tmp_path / "wds" / "shard-000000.tar", [SyntheticSample(key=f"k{n}", json=c) for n, c in enumerate(chats)])
@@ -128,8 +129,17 @@ def test_a_capacity_that_cuts_more_than_the_ratio_warns(tmp_path, qwen25_process
     capacity = lengths[3]  # the two longest do not fit
     n_over = sum(length > capacity for length in lengths)
     assert 0 < n_over < len(lengths)
-    done = CliRunner().invoke(cli, ["bucket", "--config", str(config), "--set", f"sample.max_token_len={capacity}",
-                                    "--set", "scan.max_drop_ratio=0.1"])  # fmt: skip
-    assert done.exit_code == 0, done.output
-    assert (f"warning: {n_over} of 6 samples ({n_over / 6:.1%}, above scan.max_drop_ratio 0.1) are longer than "
-            f"sample.max_token_len {capacity}") in done.output
+    cut = ("--set", f"sample.max_token_len={capacity}", "--set", "scan.max_drop_ratio=0.1")
+    gate = f"too many samples dropped: {n_over} of 6 ({n_over / 6:.1%}) > scan.max_drop_ratio 0.1; top reasons: overlong {n_over}"
+    for stage in ("bucket", "plan", "write"):
+        done = CliRunner().invoke(cli, [stage, "--config", str(config), *cut])
+        assert done.exit_code == 1 and gate in done.output, (stage, done.output)
+    assert f"{n_over} of 6 ok samples are longer than sample.max_token_len {capacity}" in done.output or stage != "bucket"
+    assert not (tmp_path / "packed").exists()
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    piped = subprocess.run(["bash", str(REPO / "scripts" / "pack_wds.sh"), str(config), *cut],
+                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert piped.returncode == 1 and gate in piped.stdout and "stage 'bucket' failed" in piped.stderr
+    allowed = ("--set", f"sample.max_token_len={capacity}", "--set", "scan.max_drop_ratio=0.5")
+    for stage in ("bucket", "plan", "write"):
+        assert CliRunner().invoke(cli, [stage, "--config", str(config), *allowed]).exit_code == 0

@@ -36,10 +36,12 @@ from megatron.energon import (
 from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.errors import ConfigError, LayoutError
+from vlmpack_offline.errors import ConfigError, LayoutError, StaleArtifactError
 from vlmpack_offline.loader import PackDataset, PackEncoder, PackTaskEncoder
+from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.plan_file import read_plan
-from vlmpack_offline.stages import verify, write
+from vlmpack_offline.stages import bucket, plan, verify, write
+from vlmpack_offline.stats import read_stats
 
 
 def _media(value):
@@ -168,21 +170,51 @@ def test_the_published_trainer_reads_back_every_sample(tmp_path, qwen25_processo
                            "multi_turn": "not one user turn", "video": "not exactly one image",
                            "with_system": "not one user turn", "late_system": "not one user turn"}),
 ])  # fmt: skip
-def test_a_layout_that_cannot_hold_samples_refuses_before_any_tar(tmp_path, qwen25_processor_dir, sample_type, refused):
-    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM | LATE_SYSTEM, sample_type)
-    with pytest.raises(LayoutError) as caught:
-        write.run(config)
-    message = str(caught.value)
-    assert f"{len(refused)} of the planned samples cannot be written" in message
-    for why in refused.values():
-        assert why in message
-    assert "vlmpack_packed holds every sample" in message and (sample_type == "packed_chat_mix") != (
-        "packed_chat_mix or vlmpack_packed" in message)  # the layouts that hold more, never the one that refused
+def test_bucket_drops_what_a_layout_cannot_hold_and_the_rest_is_written(tmp_path, qwen25_processor_dir,
+                                                                         sample_type, refused):
+    everything = CONVERSATIONS | SYSTEM | LATE_SYSTEM
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, everything, sample_type,
+                               scan={"max_drop_ratio": 1.0})  # drops on purpose
+    listed = [json.loads(line) for line in (config.work_dir / "bins" / "layout_unfit.jsonl").read_text().splitlines()]
+    errors = {row["id"]: row["error"] for row in listed}
+    assert errors.keys() == {f"part-0.tar/{key}" for key in refused}  # each one, with the layout's reason
+    assert all(why in errors[f"part-0.tar/{key}"] and sample_type in errors[f"part-0.tar/{key}"]
+               for key, why in refused.items())
+    assert {row["status"] for row in listed} == {"layout_unfit"}
+    planned = {i for pack in read_plan(config.work_dir) for i in pack.sample_ids}
+    assert planned == {f"part-0.tar/{key}" for key in everything} - errors.keys()  # the rest is packed
+    assert write.run(config).exit_code == 0 and verify.run(config).exit_code == 0
+    assert read_stats(config.work_dir)["drops"]["layout_unfit"] == len(refused)
+
+
+def test_layout_unfit_counts_under_the_drop_gate(tmp_path, qwen25_processor_dir):
+    """5 of the 13 samples have a system prompt packed_multi_mix_qa cannot hold: past the default 5% the
+    bucket exits 1 after its reports, and plan and write say the same line instead of going on."""
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM | LATE_SYSTEM,
+                               "packed_multi_mix_qa", scan={"max_drop_ratio": 1.0})
+    gated = dataclasses.replace(config, scan=dataclasses.replace(config.scan, max_drop_ratio=0.05))
+    n_unfit = len((config.work_dir / "bins" / "layout_unfit.jsonl").read_text().splitlines())
+    results = [stage.run(gated) for stage in (bucket, plan, write)]
+    assert [r.exit_code for r in results] == [1, 1, 1]
+    assert all(f"top reasons: layout_unfit {n_unfit}" in r.summary[-1] for r in results)
+    assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
+
+
+def test_a_sample_that_reaches_write_unfit_is_refused_before_any_tar(tmp_path, qwen25_processor_dir):
+    """The net under bucket: a manifest that does not record what the layout cannot hold (not made by this
+    scan) lets an unfit sample reach write, which refuses before it touches the output, listing each."""
+    config = pack_through_plan(tmp_path, qwen25_processor_dir, CONVERSATIONS | SYSTEM, "vlmpack_packed")
+    with Manifest(manifest_path(config.work_dir)) as manifest, manifest.conn:
+        manifest.conn.execute("UPDATE samples SET layout_unfit = ''")
+    multi = dataclasses.replace(config, sample=dataclasses.replace(config.sample, sample_type="packed_multi_mix_qa"))
+    for stage in (bucket, plan):
+        assert stage.run(multi).exit_code == 0
+    with pytest.raises(LayoutError, match="nothing was written or removed") as caught:
+        write.run(multi)
+    assert "a system prompt" in str(caught.value) and "`vlmpack scan --rescan`" in str(caught.value)
     assert not list(config.packed_wds_dir.glob("pretrain-*.tar"))
     listed = [json.loads(line) for line in (config.work_dir / "layout_refused.jsonl").read_text().splitlines()]
-    reasons = {row["id"]: row["reason"] for row in listed}  # every refused sample, to filter out of the input
-    assert reasons.keys() == {f"part-0.tar/{key}" for key in refused}
-    assert all(why in reasons[f"part-0.tar/{key}"] for key, why in refused.items())
+    assert {row["id"] for row in listed} == {f"part-0.tar/{key}" for key in SYSTEM}
 
 
 def test_a_folder_read_as_another_layout_is_refused_naming_both(tmp_path, qwen25_processor_dir, capsys):
@@ -219,8 +251,9 @@ def test_a_refused_layout_leaves_the_previous_output_as_it_was(tmp_path, qwen25_
     assert write.run(config).exit_code == 0
     before = {p.name: p.read_bytes() for p in config.packed_wds_dir.rglob("*") if p.is_file()}
     vqa = dataclasses.replace(config, sample=dataclasses.replace(config.sample, sample_type="packed_vqa"))
-    with pytest.raises(LayoutError, match="nothing was written or removed"):
-        write.run(vqa)
+    with pytest.raises(StaleArtifactError, match=r'sample\.sample_type "vlmpack_packed" -> "packed_vqa"\): rerun '
+                                                 r"`vlmpack bucket`"):
+        write.run(vqa)  # a new layout drops other samples: bucket first
     assert {p.name: p.read_bytes() for p in config.packed_wds_dir.rglob("*") if p.is_file()} == before
     assert verify.run(config).exit_code == 0
 

@@ -28,7 +28,7 @@ from vlmpack_offline.errors import ConfigError, LayoutError
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.plan_file import read_plan
 from vlmpack_offline.stages import bucket, plan, scan, verify, write
-from vlmpack_offline.stages.bucket import read_overlong_ids
+from vlmpack_offline.stages.bucket import read_bucket_drops
 from vlmpack_offline.synthetic.processor_dir import tokenizer_files_dir
 from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, video_bytes, write_shard
 
@@ -292,19 +292,19 @@ def _published_shards(root: Path) -> dict[str, str]:
 
 
 def _outcomes(config) -> dict[str, str]:
-    """Sample id -> "packed" (in exactly one pack) or its drop reason (manifest, or bucket's overlong)."""
+    """Sample id -> "packed" (in exactly one pack) or its drop reason (manifest, or bucket's drop lists)."""
     with Manifest(manifest_path(config.data.work_dir)) as manifest:
         status = {s.id: s.status for s in manifest.iter_samples()}
     packed = Counter(i for pack in read_plan(config.data.work_dir) for i in pack.sample_ids)
     assert set(packed.values()) <= {1}, "a sample in two packs"
-    overlong = set(read_overlong_ids(config))
+    bucket_drops = read_bucket_drops(config)  # id -> overlong / layout_unfit
     out = {}
     for sample_id, state in status.items():
         if state != "ok":
             out[sample_id] = state
         else:
-            assert (sample_id in overlong) != (sample_id in packed), sample_id
-            out[sample_id] = "overlong" if sample_id in overlong else "packed"
+            assert (sample_id in bucket_drops) != (sample_id in packed), sample_id
+            out[sample_id] = bucket_drops.get(sample_id, "packed")
     return out
 
 

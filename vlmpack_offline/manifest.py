@@ -15,10 +15,14 @@
              n_videos, members, status,       unsupported_aspect, overlong, ...) with its
              error, unused_media, sha256,     error text; members = JSON [[part, offset, size]];
              encoder_patches,                 unused_media = media parts nothing references (a
-             encoder_attention)               warning: the sample is still packed); sha256 of the
+             encoder_attention,               warning: the sample is still packed); sha256 of the
+             layout_unfit)
                                               members' bytes when write.check_sources is sha256;
                                               encoder_* = the vision encoder's patches and sum of
-                                              squared attention blocks (the plan's cost model)
+                                              squared attention blocks (the plan's cost model);
+                                              layout_unfit = JSON {sample_type: why} of the published
+                                              layouts that cannot hold the sample ('' when all can):
+                                              bucket drops it under that sample.sample_type
 
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
 at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
@@ -50,7 +54,7 @@ __all__ = [
     "manifest_path",
 ]
 
-MANIFEST_SCHEMA_VERSION = 4
+MANIFEST_SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -81,7 +85,8 @@ CREATE TABLE IF NOT EXISTS samples (
     unused_media INTEGER NOT NULL DEFAULT 0,
     sha256 TEXT NOT NULL DEFAULT '',
     encoder_patches INTEGER NOT NULL DEFAULT 0,
-    encoder_attention INTEGER NOT NULL DEFAULT 0
+    encoder_attention INTEGER NOT NULL DEFAULT 0,
+    layout_unfit TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
 """
@@ -122,6 +127,7 @@ class SampleRecord:
     sha256: str = ""  # of the members' bytes in tar order, when write.check_sources is sha256
     encoder_patches: int = 0  # patches the vision encoder runs for the sample's media (the plan's cost model)
     encoder_attention: int = 0  # sum over its full-attention blocks (frame, tile, image) of patches**2
+    layout_unfit: str = ""  # JSON {sample_type: why} of the published layouts that cannot hold it; "" if all can
 
     def member(self, part: str) -> tuple[int, int]:
         """(offset, size) of one part; KeyError if absent."""
@@ -133,7 +139,7 @@ class SampleRecord:
 
 _SAMPLE_COLUMNS = (
     "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error, "
-    "unused_media, sha256, encoder_patches, encoder_attention"
+    "unused_media, sha256, encoder_patches, encoder_attention, layout_unfit"
 )
 
 
@@ -173,13 +179,13 @@ class Manifest:
             (
                 s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
                 s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
-                s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention,
+                s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit,
             )
             for s in samples
         ]
         with self.conn:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
-            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 16)})", rows)
+            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 17)})", rows)
             self.conn.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
@@ -239,4 +245,5 @@ def _sample_from_row(row: tuple) -> SampleRecord:
         media_tokens=row[6], n_images=row[7], n_videos=row[8],
         members=tuple((m[0], m[1], m[2]) for m in json.loads(row[9])), status=row[10], error=row[11],
         unused_media=row[12], sha256=row[13], encoder_patches=row[14], encoder_attention=row[15],
+        layout_unfit=row[16],
     )

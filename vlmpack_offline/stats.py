@@ -92,7 +92,7 @@ class PackStats:
         rows = [(f"mixture (by {mix['by']})", f"share asked / train split / worst {mix['window_steps']}-step window "
                                               f"of {mix['steps']} steps (pp off)")]
         for row in mix["sources"]:
-            dropped = sum(row["dropped"].values()) + row["overlong"]
+            dropped = sum(row["dropped"].values()) + row["overlong"] + row.get("layout_unfit", 0)
             rows.append((f"  {row['name']}", f"{row['rule']} {row['value']:g}: {row['scanned']} scanned, "
                                              f"{dropped} dropped, {row['packed']} packed ({uses_text(row['uses'])}); "
                                              f"{row['asked_share']:.2%} / {row['train_share']:.2%} / "

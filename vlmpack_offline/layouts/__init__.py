@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+from ..artifacts import canonical_json
 from .base import Layout, media_of
 from .chat_mix import ChatMixLayout
 from .multi_mix_qa import MultiMixQaLayout
 from .single_image import CaptioningLayout, VqaLayout
 from .vlmpack import VlmpackLayout
 
-__all__ = ["LAYOUTS", "LAYOUT_NAMES", "Layout", "layout_for", "media_of"]
+__all__ = ["LAYOUTS", "LAYOUT_NAMES", "Layout", "layout_for", "layouts_unfit", "media_of"]
 
 LAYOUTS: dict[str, Layout] = {
     layout.name: layout
@@ -26,3 +27,13 @@ LAYOUT_NAMES = tuple(LAYOUTS)
 def layout_for(sample_type: str) -> Layout:
     """The layout of a ``sample.sample_type`` value (the config already refused any other)."""
     return LAYOUTS[sample_type]
+
+
+def layouts_unfit(messages: tuple[dict, ...]) -> str:
+    """JSON ``{sample_type: why}`` of every published layout that cannot hold this sample ('' when all can).
+
+    The scan records it per sample, so ``bucket`` drops what the configured layout cannot hold
+    (``layout_unfit``) without reading any conversation again, and a new ``sample.sample_type`` needs no rescan."""
+    found = {name: why for name, layout in LAYOUTS.items()
+             if layout.published and (why := layout.refusal(messages)) is not None}
+    return canonical_json(found) if found else ""

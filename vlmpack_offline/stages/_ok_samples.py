@@ -18,7 +18,8 @@ from tqdm import tqdm
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
 
-__all__ = ["OkSamples", "load_ok_samples", "manifest_fingerprint", "source_counts", "MEDIA_TYPES"]
+__all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
+           "MEDIA_TYPES"]
 
 MEDIA_TYPES = ("text", "image", "video")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
@@ -119,6 +120,31 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
         source_code=source_code, source_names=source_names,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnfitRows:
+    """The ok samples one published layout cannot hold (``layout_unfit`` in the manifest), manifest order."""
+
+    index: np.ndarray  # int32: their positions among the ok samples (``OkSamples`` order)
+    ids: tuple[str, ...]  # their sample ids
+    token_len: tuple[int, ...]  # their token_len
+    why: tuple[str, ...]  # the layout's reason for each
+
+
+def load_layout_unfit(work_dir, sample_type: str) -> UnfitRows:
+    """The ok samples ``sample_type`` cannot hold. One ordered pass that keeps only those rows (usually few):
+    a layout that holds every sample, vlmpack's own included, costs one scan of the column and no row."""
+    with Manifest(manifest_path(work_dir)) as manifest:
+        rows = manifest.conn.execute(
+            "SELECT i, id, token_len, why FROM ("
+            "  SELECT ROW_NUMBER() OVER (ORDER BY shard, seq) - 1 AS i, id, token_len, layout_unfit,"
+            "         CASE layout_unfit WHEN '' THEN NULL ELSE json_extract(layout_unfit, ?) END AS why"
+            "  FROM samples WHERE status = 'ok') WHERE why IS NOT NULL ORDER BY i",
+            (f'$."{sample_type}"',),
+        ).fetchall()
+    return UnfitRows(index=np.array([r[0] for r in rows], np.int32), ids=tuple(r[1] for r in rows),
+                     token_len=tuple(r[2] for r in rows), why=tuple(r[3] for r in rows))
 
 
 def _sources(conn, n: int) -> tuple[tuple[str, ...], np.ndarray]:

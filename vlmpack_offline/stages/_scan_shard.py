@@ -40,6 +40,7 @@ from ..reasons import SHARD_REASONS, DropError, Reason
 from ..tario import (
     RawSample,
     is_url,
+from ..layouts import layouts_unfit
     iter_samples,
     open_source,
     read_range,
@@ -283,6 +284,7 @@ def _decode(kind: str, data: bytes, info, *, part: str) -> None:
             with open_image(data, part=part) as image:
                 image.load()
         else:
+            layout_unfit=layouts_unfit(conversation.messages) if conversation and item.status == "ok" else "",
             sampling = getattr(info, "sampling", None) or info.video.sampling  # fast path / slow path probe
             frames = decode_frames(data, sampling, resize=False)
             if len(frames) != len(sampling.frame_indices):

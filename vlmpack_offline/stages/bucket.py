@@ -11,14 +11,21 @@
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
       overlong.jsonl           the drop report of those: {"id", "status": "overlong", "token_len", "error"}
-      meta.json                fingerprint, capacity, alignment, algorithm, groups, n_overlong, drops; written last
+      layout_unfit.npy         int32 [n_unfit] ok-sample indexes a published sample.sample_type cannot hold
+      layout_unfit.jsonl       the drop report of those: {"id", "status": "layout_unfit", "token_len", "error"}
+      meta.json                fingerprint, settings, capacity, alignment, algorithm, groups, n_overlong,
+                               n_layout_unfit, drops, losses (the drop gate's count); written last
 
 A group is a media type (``packing.group_by: media_type``) or ``mixed`` (``none``).
 The capacity C = ``sample.max_token_len`` is applied here, not in the scan: the scan
 records every countable sample as ``ok`` with its token_len, and bucket drops those
 longer than C as ``overlong`` (``bins/overlong.*``), so a new C reruns bucket and
-plan only. Input samples = packed + overlong + the manifest's drops; plan, stats and
-verify all count ``overlong`` from these files.
+plan only. A published layout (``sample.sample_type``, ``layouts/``) that cannot hold a sample
+(a system prompt in ``packed_multi_mix_qa`` ...) has it dropped here as ``layout_unfit``, from
+what the scan recorded per sample: the rest is packed, and ``write`` never meets it. A sample both
+overlong and unfit counts as overlong. Input samples = packed + overlong + layout_unfit + the
+manifest's drops; plan, stats and verify all count them from these files, and the drop gate
+(``drop_gate.py``, ``scan.max_drop_ratio``) weighs them all.
 With an alignment (``parallel:`` / ``packing.align_to``, ``packing/alignment.py``) every
 length here counts as its aligned length: what fits, what is overlong, what packs
 take and the lower bound; ``lengths.npy`` keeps the real token_len.
@@ -31,13 +38,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerprint
 from ..config import Config, section_fingerprint_payload
+from ..drop_gate import Losses, gate_line, gated
 from ..errors import ConfigError, StaleArtifactError
+from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
@@ -47,10 +57,20 @@ from ..provenance import flat_settings
 from ..reasons import Reason
 from ..scan_inputs import check_manifest_current
 from ..stage_result import StageResult
-from ._ok_samples import OkSamples, load_ok_samples, manifest_fingerprint, source_counts
+from ._ok_samples import (
+    OkSamples,
+    UnfitRows,
+    load_layout_unfit,
+    load_ok_samples,
+    manifest_fingerprint,
+    source_counts,
+)
 
 __all__ = ["run", "bins_dir", "bins_settings", "bins_fingerprint", "read_bins_meta", "build_bins", "overlong_error",
-           "read_overlong_ids"]
+           "read_bucket_drops", "drop_reports", "closed_gate", "UNFIT_REPORT"]
+
+
+UNFIT_REPORT = "layout_unfit.jsonl"
 
 
 def bins_dir(config: Config) -> Path:
@@ -94,21 +114,24 @@ def overlong_error(token_len: int, capacity: int, multiple: int = 1) -> str:
             "raise sample.max_token_len or leave it dropped")
 
 
-def read_overlong_ids(config: Config) -> list[str]:
-    """Ids bucket dropped as overlong (from ``bins/overlong.jsonl``)."""
-    path = bins_dir(config) / "overlong.jsonl"
-    if not path.exists():
-        return []
-    with open(path) as handle:
-        return [json.loads(line)["id"] for line in handle if line.strip()]
+def read_bucket_drops(config: Config) -> dict[str, str]:
+    """Id -> reason of every sample bucket dropped (``bins/overlong.jsonl`` and ``bins/layout_unfit.jsonl``)."""
+    out: dict[str, str] = {}
+    for name in ("overlong.jsonl", UNFIT_REPORT):
+        path = bins_dir(config) / name
+        if path.exists():
+            with open(path) as handle:
+                out.update((row["id"], row["status"]) for row in map(json.loads, filter(str.strip, handle)))
+    return out
 
 
-def build_bins(samples: OkSamples, config: Config,
-               uses: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+def build_bins(samples: OkSamples, config: Config, uses: np.ndarray | None = None, *,
+               unfit: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
     """Pure: group the samples within capacity and pack each group.
     Returns {group: (indexes, offsets, copies left in one pack)}.
 
-    Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops).
+    Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops), nor are those
+    ``unfit`` marks (bool per ok sample: the layout's ``layout_unfit`` drops).
     ``uses``: how many copies of each sample to pack (``packing/mixture.py``; default: every sample
     that fits, once); copies are packed as distinct samples, then kept apart (``copies.separate_copies``)."""
     packing = config.packing
@@ -118,7 +141,7 @@ def build_bins(samples: OkSamples, config: Config,
         max_media_tokens=packing.max_media_tokens_per_pack,
     )
     lengths = config.alignment.aligned(samples.token_len)
-    fits = lengths <= limits.capacity
+    fits = _packable(lengths, limits.capacity, unfit)
     if packing.group_by == "none":
         groups = {"mixed": np.flatnonzero(fits).astype(np.int32)}
     else:
@@ -146,8 +169,8 @@ def build_bins(samples: OkSamples, config: Config,
     return out
 
 
-def mixture_uses(samples: OkSamples, config: Config,
-                 scanned: dict[str, dict[str, int]] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def mixture_uses(samples: OkSamples, config: Config, scanned: dict[str, dict[str, int]] | None = None, *,
+                 unfit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """(source code per ok sample, in ``data.source_list`` order), uses per ok sample by the sources' rules
     (``packing/mixture.py``), and the per-source accounting.
 
@@ -162,12 +185,15 @@ def mixture_uses(samples: OkSamples, config: Config,
                                  "rescan (`vlmpack scan`) or restore the source")
     remap = np.array([code_of[name] for name in samples.source_names] or [0], np.int16)
     source = remap[samples.source_code] if samples.n else np.zeros(0, np.int16)
-    fits = config.alignment.aligned(samples.token_len) <= config.sample.max_token_len
+    aligned = config.alignment.aligned(samples.token_len)
+    over = aligned > config.sample.max_token_len
+    fits = _packable(aligned, config.sample.max_token_len, unfit)
     uses, targets = use_counts(source, samples.token_len, fits, rules, by_tokens=config.data.mix_by == "tokens",
                                epochs=config.plan.epochs, seed=config.packing.seed)
     if targets.empty and config.data.sources and not config.data.allow_empty_sources:  # one source: _checked says it
         raise ConfigError(f"source {targets.empty[0]!r} has no sample left to pack (each was dropped: see "
-                          f"{config.work_dir / 'manifest.jsonl'} and bins/overlong.jsonl), so its share cannot be met; "
+                          f"{config.work_dir / 'manifest.jsonl'}, bins/overlong.jsonl and bins/layout_unfit.jsonl), so its "
+                          "share cannot be met; "
                           "fix its data, or set data.allow_empty_sources: true to pack the other sources")
     record = {"by": config.data.mix_by, "epochs": config.plan.epochs, "empty": list(targets.empty), "sources": []}
     for code, (rule, mine) in enumerate(zip(rules, source_slices(source, len(rules)), strict=True)):
@@ -178,7 +204,8 @@ def mixture_uses(samples: OkSamples, config: Config,
             "scanned": scan_row.pop("scanned", int(mine.size)), "dropped": scan_row,
             "available": float(targets.available[code]), "target": float(targets.target[code]),
             "reached": float(targets.used[code]),
-            "ok": int(mine.size), "overlong": int(np.count_nonzero(~fits[mine])),
+            "ok": int(mine.size), "overlong": int(np.count_nonzero(over[mine])),
+            "layout_unfit": int(np.count_nonzero(~fits[mine] & ~over[mine])),
             "uses": {str(k): int(n) for k, n in enumerate(counts) if n},  # uses -> samples used that often
             "packed": int(uses[mine].sum()),
             "packed_tokens": int((uses[mine].astype(np.int64) * samples.token_len[mine]).sum()),
@@ -199,13 +226,14 @@ def run(config: Config) -> StageResult:
 
     out_dir = bins_dir(config)
     (out_dir / "meta.json").unlink(missing_ok=True)
-    for stale in [*out_dir.glob("*.npy"), out_dir / "overlong.jsonl"]:
+    for stale in [*out_dir.glob("*.npy"), out_dir / "overlong.jsonl", out_dir / UNFIT_REPORT]:
         stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
     capacity, alignment = config.sample.max_token_len, config.alignment
-    source, uses, mixture = mixture_uses(samples, config, source_counts(config.work_dir))
-    groups = build_bins(samples, config, uses)
     aligned = alignment.aligned(samples.token_len)
+    unfit_rows, unfit = _layout_unfit(config, aligned, samples.n)
+    source, uses, mixture = mixture_uses(samples, config, source_counts(config.work_dir), unfit=unfit)
+    groups = build_bins(samples, config, uses, unfit=unfit)
     overlong = np.flatnonzero(aligned > capacity).astype(np.int32)
     _save(out_dir / "source.npy", source)
     _save(out_dir / "uses.npy", uses.astype(np.uint16))
@@ -214,7 +242,9 @@ def run(config: Config) -> StageResult:
     _save(out_dir / "encoder_patches.npy", samples.encoder_patches)
     _save(out_dir / "encoder_attention.npy", samples.encoder_attention)
     _save(out_dir / "overlong.npy", overlong)
+    _save(out_dir / "layout_unfit.npy", unfit_rows.index)
     _write_overlong_report(config, overlong, capacity, alignment.multiple)
+    _write_unfit_report(config, unfit_rows)
     group_meta = []
     for name, (indexes, offsets, together) in groups.items():
         _save(out_dir / f"{name}.indexes.npy", indexes)
@@ -224,13 +254,17 @@ def run(config: Config) -> StageResult:
                            "lower_bound": group_lb, "copies_together": together})
     n_packs = sum(g["n_packs"] for g in group_meta)
     n_packed = int(uses.sum())  # sub-samples: a sample used twice counts twice
+    n_unfit = int(unfit_rows.index.size)
+    losses = Losses(total=samples.n + sum(samples.drops.values()),
+                    by_reason={**samples.drops, Reason.OVERLONG: len(overlong), Reason.LAYOUT_UNFIT: n_unfit})
     meta = {
         "stage": "bucket", "fingerprint": expected, "settings": bins_settings(config), "manifest_fingerprint": manifest_fp,
         "capacity": capacity, "alignment": alignment.record(),
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
-        "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_packs": n_packs,
-        "n_left_out": int(np.count_nonzero((uses == 0) & (aligned <= capacity))),
-        "groups": group_meta, "manifest_drops": samples.drops, "mixture": mixture,
+        "sample_type": config.sample.sample_type,
+        "n_ok": samples.n, "n_packed": n_packed, "n_overlong": len(overlong), "n_layout_unfit": n_unfit,
+        "n_packs": n_packs, "n_left_out": int(np.count_nonzero((uses == 0) & _packable(aligned, capacity, unfit))),
+        "groups": group_meta, "manifest_drops": samples.drops, "mixture": mixture, "losses": losses.to_json(),
     }
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     lb = sum(g["lower_bound"] for g in group_meta)
@@ -247,8 +281,13 @@ def run(config: Config) -> StageResult:
         summary.append(f"aligned for {alignment.describe()}")
     summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
                    f"{' aligned' if alignment.multiple > 1 else ''}): {bins_dir(config) / 'overlong.jsonl'}")
+    if n_unfit:
+        why = ", ".join(f"{text} {n}" for text, n in Counter(unfit_rows.why).most_common())
+        summary.append(f"{n_unfit} samples dropped as {Reason.LAYOUT_UNFIT} (sample.sample_type "
+                       f"{config.sample.sample_type} cannot hold them: {why}): {bins_dir(config) / UNFIT_REPORT}")
     result = StageResult(stage="bucket", summary=summary,
-                         counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong)},
+                         counts={"samples": n_packed, "packs": n_packs, f"dropped_{Reason.OVERLONG}": len(overlong),
+                                 f"dropped_{Reason.LAYOUT_UNFIT}": n_unfit},
                          seconds=time.perf_counter() - started)
     return _checked(config, result, meta)
 
@@ -262,8 +301,9 @@ def mixture_lines(mixture: dict) -> list[str]:
              f"copies packed (samples by uses), tokens; share reached / asked"]
     for s in mixture["sources"]:
         by_uses = uses_text(s["uses"])
+        unfit = f", {s['layout_unfit']} layout_unfit" if s.get("layout_unfit") else ""
         lines.append(f"  {s['name']} ({s['rule']} {s['value']:g}): {s['scanned']} scanned, "
-                     f"{sum(s['dropped'].values())} dropped, {s['overlong']} overlong -> {s['packed']} packed "
+                     f"{sum(s['dropped'].values())} dropped, {s['overlong']} overlong{unfit} -> {s['packed']} packed "
                      f"({by_uses}), {s['packed_tokens']} tokens; share {s['reached'] / total_reached:.2%} / "
                      f"{s['target'] / total_target:.2%}")
     lines += [f"  warning: source {name!r} has no sample left to pack; the others are packed "
@@ -272,23 +312,68 @@ def mixture_lines(mixture: dict) -> list[str]:
 
 
 def _checked(config: Config, result: StageResult, meta: dict) -> StageResult:
-    """``result`` with a line on what the capacity cut when that looks like a mistake: exit 1 when no ok sample
-    fits (there is nothing to pack), a warning when more than ``scan.max_drop_ratio`` of them are overlong.
-    Said after the bins and ``overlong.jsonl`` are written, and again by a no-op rerun."""
-    n_ok, n_overlong, limit = meta["n_ok"], meta["n_overlong"], config.scan.max_drop_ratio
-    if not n_ok or n_overlong / n_ok <= limit:
-        return result
-    lengths = np.load(bins_dir(config) / "lengths.npy", allow_pickle=False)
-    median, p99 = (int(v) for v in np.percentile(lengths, [50, 99], method="higher"))
-    seen = (f"(ok samples: shortest {int(lengths.min())}, median {median}, p99 {p99}, longest {int(lengths.max())} "
-            f"tokens); each is in {bins_dir(config) / 'overlong.jsonl'}")
-    if n_overlong == n_ok:
-        line = (f"no sample fits sample.max_token_len {meta['capacity']}: all {n_ok} are longer {seen}; "
-                "raise sample.max_token_len")
-        return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
-    line = (f"warning: {n_overlong} of {n_ok} samples ({n_overlong / n_ok:.1%}, above scan.max_drop_ratio {limit:g}) "
-            f"are longer than sample.max_token_len {meta['capacity']} {seen}; is the capacity right?")
-    return dataclasses.replace(result, summary=[*result.summary, line])
+    """``result`` through the drop gate (``drop_gate``: the scan's drops, overlong and layout_unfit together
+    against ``scan.max_drop_ratio``, exit 1 past it), with what the capacity cut when it cut something: the
+    lengths of the ok samples, and a line of its own when no sample fits at all. Said after the bins and
+    their reports are written, and again by a no-op rerun."""
+    n_ok, n_overlong = meta["n_ok"], meta["n_overlong"]
+    details = []
+    if n_ok and n_overlong:
+        lengths = np.load(bins_dir(config) / "lengths.npy", allow_pickle=False)
+        median, p99 = (int(v) for v in np.percentile(lengths, [50, 99], method="higher"))
+        seen = (f"(ok samples: shortest {int(lengths.min())}, median {median}, p99 {p99}, longest "
+                f"{int(lengths.max())} tokens); each is in {bins_dir(config) / 'overlong.jsonl'}")
+        if n_overlong == n_ok:
+            line = (f"no sample fits sample.max_token_len {meta['capacity']}: all {n_ok} are longer {seen}; "
+                    "raise sample.max_token_len")
+            return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
+        details.append(f"{n_overlong} of {n_ok} ok samples are longer than sample.max_token_len {meta['capacity']} "
+                       f"{seen}; is the capacity right?")
+    return gated(result, Losses.from_json(meta["losses"]), config.scan.max_drop_ratio, drop_reports(config), details)
+
+
+def closed_gate(config: Config) -> str | None:
+    """The drop gate's line when the bins lost more than ``scan.max_drop_ratio`` (plan, write and verify say it
+    and exit 1, as bucket did), else None; None without bins (a hand-made plan has no losses to weigh)."""
+    losses = (read_bins_meta(config) or {}).get("losses")
+    return gate_line(Losses.from_json(losses), config.scan.max_drop_ratio, drop_reports(config)) if losses else None
+
+
+def drop_reports(config: Config) -> list[Path]:
+    """Where every drop up to bucket is listed, each with its reason (the drop gate's line names them)."""
+    return [config.work_dir / "manifest.jsonl", bins_dir(config) / "overlong.jsonl", bins_dir(config) / UNFIT_REPORT]
+
+
+def _packable(aligned: np.ndarray, capacity: int, unfit: np.ndarray | None) -> np.ndarray:
+    """Bool per ok sample: within capacity once aligned, and held by the layout."""
+    fits = aligned <= capacity
+    return fits if unfit is None else fits & ~unfit
+
+
+def _layout_unfit(config: Config, aligned: np.ndarray, n_ok: int) -> tuple[UnfitRows, np.ndarray | None]:
+    """The samples the configured published layout cannot hold (an overlong one stays overlong only), and
+    them as a bool mask per ok sample; vlmpack's own layout holds every sample (no manifest read)."""
+    if not layout_for(config.sample.sample_type).published:
+        return UnfitRows(index=np.zeros(0, np.int32), ids=(), token_len=(), why=()), None
+    rows = load_layout_unfit(config.work_dir, config.sample.sample_type)
+    keep = aligned[rows.index] <= config.sample.max_token_len if rows.index.size else np.zeros(0, bool)
+    kept = UnfitRows(index=rows.index[keep], ids=tuple(i for i, k in zip(rows.ids, keep, strict=True) if k),
+                     token_len=tuple(n for n, k in zip(rows.token_len, keep, strict=True) if k),
+                     why=tuple(w for w, k in zip(rows.why, keep, strict=True) if k))
+    mask = np.zeros(n_ok, bool)
+    mask[kept.index] = True
+    return kept, mask
+
+
+def _write_unfit_report(config: Config, rows: UnfitRows) -> None:
+    """``layout_unfit.jsonl``: one line per sample the layout cannot hold, in manifest order, with why."""
+    layout = config.sample.sample_type
+    with atomic_open(bins_dir(config) / UNFIT_REPORT, "w") as handle:
+        for sample_id, token_len, why in zip(rows.ids, rows.token_len, rows.why, strict=True):
+            handle.write(canonical_json({
+                "id": sample_id, "status": Reason.LAYOUT_UNFIT, "token_len": token_len,
+                "error": f"sample.sample_type {layout} cannot hold it: {why}; vlmpack_packed holds every sample",
+            }) + "\n")
 
 
 def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int, multiple: int) -> None:

@@ -38,7 +38,7 @@ from ..stage_result import StageResult
 from ..stats import compute_stats, stats_paths, write_stats
 from ._freshness import check_upstream
 from ._ok_samples import manifest_fingerprint
-from .bucket import bins_dir, bins_fingerprint, read_bins_meta
+from .bucket import bins_dir, bins_fingerprint, closed_gate, read_bins_meta
 
 __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 
@@ -84,17 +84,25 @@ def order_packs(costs: np.ndarray, config: Config,
 
 
 def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int,
-             overlong: np.ndarray | None = None, uses: np.ndarray | None = None) -> None:
+             overlong: np.ndarray | None = None, uses: np.ndarray | None = None,
+             unfit: np.ndarray | None = None) -> None:
     """Every ok sample in as many packs as its ``uses`` (default 1; ``packing/mixture.py``) or, once, in
-    ``overlong``; every pack within capacity; PlanError on a breach."""
+    ``overlong`` or ``unfit`` (bucket's drop lists); every pack within capacity; PlanError on a breach."""
     over = np.zeros(0, np.int64) if overlong is None else np.asarray(overlong)
+    if unfit is not None and unfit.size:
+        if over.size and (lengths[unfit] > capacity).any():
+            raise PlanError("bins drop a sample as layout_unfit that is overlong: rerun `vlmpack bucket`")
+        over_only = over
+        over = np.concatenate([over, np.asarray(unfit)]).astype(np.int64)
+    else:
+        over_only = over
     seen = np.bincount(indexes, minlength=n_ok) if indexes.size else np.zeros(n_ok, np.int64)
     if len(seen) > n_ok or (over.size and int(over.max()) >= n_ok):
         raise PlanError(f"bins name a sample past the manifest's {n_ok} ok samples: rerun `vlmpack bucket`")
     expected = np.ones(n_ok, np.int64) if uses is None else uses.astype(np.int64)
     if over.size:
         if uses is not None and expected[over].any():
-            raise PlanError(f"ok sample #{int(over[expected[over] > 0][0])} is overlong but planned to be used: "
+            raise PlanError(f"ok sample #{int(over[expected[over] > 0][0])} is dropped by bucket but planned to be used: "
                             "rerun `vlmpack bucket`")
         seen[over] += 1
         expected[over] = 1
@@ -102,8 +110,8 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
         bad = int(np.flatnonzero(seen != expected)[0])
         raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs or drop lists, expected exactly "
                         f"{int(expected[bad])}: rerun `vlmpack bucket`")
-    if over.size and (lengths[over] <= capacity).any():
-        bad = int(over[lengths[over] <= capacity][0])
+    if over_only.size and (lengths[over_only] <= capacity).any():
+        bad = int(over_only[lengths[over_only] <= capacity][0])
         raise PlanError(f"ok sample #{bad} is dropped as overlong but fits {capacity}: rerun `vlmpack bucket`")
     totals = np.add.reduceat(lengths[indexes].astype(np.int64), offsets[:-1]) if indexes.size else np.zeros(0)
     if (totals > capacity).any():
@@ -143,6 +151,8 @@ def run(config: Config) -> StageResult:
     check_upstream(config, "plan")  # the manifest and the bins are this config's, or it says what changed
     bins_fp, expected = plan_fingerprint(config)
     bins_meta = read_bins_meta(config)
+    if closed := closed_gate(config):  # bucket said the same and exited 1: nothing is planned from data that lost this much
+        return StageResult(stage="plan", summary=[closed], exit_code=1)
     meta = read_plan_meta(config.work_dir)
     if meta is not None and meta.get("fingerprint") == expected and plan_path(config.work_dir).exists() \
             and _stats_done(config.work_dir, expected):
@@ -156,6 +166,7 @@ def run(config: Config) -> StageResult:
         raise StaleArtifactError(f"{out} has no encoder_patches.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
     patches, blocks = np.load(out / "encoder_patches.npy"), np.load(out / "encoder_attention.npy")
     overlong = np.load(out / "overlong.npy")
+    unfit = np.load(out / "layout_unfit.npy") if (out / "layout_unfit.npy").is_file() else np.zeros(0, np.int32)
     if not (out / "uses.npy").is_file():
         raise StaleArtifactError(f"{out} has no uses.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
     uses, source = np.load(out / "uses.npy"), np.load(out / "source.npy")
@@ -165,7 +176,7 @@ def run(config: Config) -> StageResult:
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
     alignment = config.alignment
-    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong, uses)
+    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong, uses, unfit)
     model = cost_model(config)
     costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets)
     mixture = bins_meta.get("mixture") if config.data.sources else None
@@ -176,6 +187,8 @@ def run(config: Config) -> StageResult:
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
     drops = dict(bins_meta.get("manifest_drops", {}))
     drops[Reason.OVERLONG] = drops.get(Reason.OVERLONG, 0) + int(overlong.size)
+    if unfit.size:
+        drops[Reason.LAYOUT_UNFIT] = int(unfit.size)
     meta = {
         "stage": "plan", "fingerprint": expected, "bins_fingerprint": bins_fp, "capacity": capacity,
         "settings": plan_settings(config),
@@ -183,6 +196,7 @@ def run(config: Config) -> StageResult:
         "seed": config.packing.seed, "n_packs": plan_arrays.n_packs, "n_samples": int(plan_arrays.sample_index.size),
         "n_left_out": int(bins_meta.get("n_left_out", 0)),
         "n_train_packs": n_train, "n_val_packs": plan_arrays.n_packs - n_train, "n_overlong": int(overlong.size),
+        "n_layout_unfit": int(unfit.size), "losses": bins_meta["losses"],
         "drops": dict(sorted(drops.items())), "alignment": alignment.record(),
         "cost_model": model.record(), "schedule": schedule.record() if schedule else None,
     }

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..artifacts import atomic_open, fingerprint
 from ..config import Config
+from ..drop_gate import Losses, gated
 from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
@@ -397,22 +398,13 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
 
 
 def _checked(config: Config, result: StageResult) -> StageResult:
-    """``result`` with exit code 1 and one line naming the top reasons when too many samples were dropped.
+    """``result`` with exit code 1 and one line naming the top reasons when too many samples were dropped
+    (``drop_gate``: the same gate and line as every later stage).
 
     Checked after the manifest and its report are written, so the drops can be read; a rerun
     (a no-op) fails the same way until the data or ``scan.max_drop_ratio`` changes.
     """
-    counts, limit = result.counts, config.scan.max_drop_ratio
-    total, dropped = counts.get("samples", 0), counts.get("dropped", 0)
-    if not total or dropped / total <= limit:
-        return result
-    reasons = sorted(
-        ((k.removeprefix("dropped_"), n) for k, n in counts.items() if k.startswith("dropped_")), key=lambda r: -r[1]
-    )
-    top = ", ".join(f"{reason} {n}" for reason, n in reasons[:3])
-    line = (
-        f"too many samples dropped: {dropped} of {total} ({dropped / total:.1%}) > scan.max_drop_ratio {limit:g}; "
-        f"top reasons: {top}; each drop and its error is in {manifest_jsonl_path(config)} "
-        "(fix the data, or raise scan.max_drop_ratio to accept)"
-    )
-    return dataclasses.replace(result, summary=[*result.summary, line], exit_code=1)
+    counts = result.counts
+    losses = Losses(total=counts.get("samples", 0),
+                    by_reason={k.removeprefix("dropped_"): n for k, n in counts.items() if k.startswith("dropped_")})
+    return gated(result, losses, config.scan.max_drop_ratio, [manifest_jsonl_path(config)])

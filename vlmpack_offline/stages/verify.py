@@ -48,7 +48,7 @@ from ..packed_settings import SETTINGS_NAME, check_against_packed_dir, written_a
 from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
-from .bucket import read_overlong_ids
+from .bucket import closed_gate, read_bucket_drops
 from .write import check_sources
 
 __all__ = ["run", "MAX_LISTED"]
@@ -250,14 +250,14 @@ def run(config: Config) -> StageResult:
         check_against_packed_dir(config, out_dir)
     except ConfigError as exc:
         problems.append(f"{SETTINGS_NAME}: {exc}")
-    overlong = set(read_overlong_ids(config))
-    ok_set = set(ok_ids) - overlong
+    overlong = read_bucket_drops(config)  # id -> overlong / layout_unfit
+    ok_set = set(ok_ids) - set(overlong)
     uses = _planned_uses(config, len(ok_ids))
     for i, planned in zip(ok_ids, uses.tolist(), strict=True):
         got = checker.seen[i]
         if i in overlong:
             if got:
-                problems.append(f"sample {i!r} is dropped as overlong by bucket but packed")
+                problems.append(f"sample {i!r} is dropped as {overlong[i]} by bucket but packed")
         elif got == 0 and planned:
             problems.append(f"sample {i!r} is ok in the manifest but in no pack"
                             + (f" (planned {planned} times)" if planned != 1 else ""))
@@ -267,6 +267,8 @@ def run(config: Config) -> StageResult:
     problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
                  if i not in ok_set and i not in overlong]
     planned = range(read_plan_arrays(config.work_dir).n_packs)  # pack ids are 0..P-1; no ids needed
+    if closed := closed_gate(config):
+        problems.append(closed)  # the output may be sound, but it lost more than the gate lets through
     problems += [f"pack {p} is in the plan but in no shard" for p in planned if checker.pack_ids[p] == 0]
     problems += [f"pack {p} is written {n} times" for p, n in checker.pack_ids.items() if n > 1]
     counts = {

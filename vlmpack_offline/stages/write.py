@@ -80,6 +80,7 @@ from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_pla
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
 from ._freshness import check_upstream
+from .bucket import closed_gate
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
@@ -515,8 +516,10 @@ def _refuse(config: Config, refusals: list[tuple[str, str]]) -> None:
     raise LayoutError(
         f"{config.source}: sample.sample_type {layout.name} holds {layout.holds}; {len(refusals)} of the planned "
         f"samples cannot be written in it without loss (nothing was written or removed):\n" + "\n".join(lines) + "\n"
-        f"  every one is listed in {listing}; filter them out of the input, or use sample.sample_type: "
-        f"{' or '.join(others)} for such data (vlmpack_packed holds every sample; docs/switch.md)"
+        f"  every one is listed in {listing}. bucket drops such samples as layout_unfit from what the scan "
+        "recorded, so the manifest did not record these (not made by this vlmpack's scan): rerun `vlmpack scan "
+        f"--rescan`, bucket and plan, or use sample.sample_type: {' or '.join(others)} for such data "
+        "(vlmpack_packed holds every sample; docs/switch.md)"
     )
 
 
@@ -562,6 +565,8 @@ def run(config: Config) -> StageResult:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)
+    if closed := closed_gate(config):  # bucket closed the drop gate (and plan said so): nothing is written
+        return StageResult(stage="write", summary=[closed], exit_code=1)
     meta, plan = _load_plan(config)
     check_upstream(config, "write")  # manifest, bins and plan are this config's (before out_dir is touched)
     settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"), meta.get("mixture"))
