@@ -87,7 +87,7 @@ versions: install install-ref
 	$(REF_PY) scripts/lock_check.py $(REF_LOCK) --with $(NODEPS_LOCK)
 
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # docs/config.md from the comments beside each field of vlmpack_offline/config.py (a test fails when stale).
 config-doc: install

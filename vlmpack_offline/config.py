@@ -273,8 +273,9 @@ class LossConfig:
 class ScanConfig:
     """How the scan checks samples and its outcome (``max_drop_ratio`` is not in its fingerprint: no rescan)."""
 
-    # the scan exits 1 after writing its report when dropped / input samples is above this; bucket warns when
-    # overlong / counted samples is; 1.0 = never
+    # the drop gate of every stage: when the samples lost so far (the scan's drops, then bucket's overlong and
+    # layout_unfit too) are more than this share of the input samples, the stage exits 1 after its reports, and
+    # plan, write and verify say the same; 1.0 = never
     max_drop_ratio: float = 0.05
     # decode every image and every sampled video frame it counts and drop what fails (corrupt_media); slow.
     # Part of the scan's fingerprint: it changes which samples are ok.
