@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from vlmpack_offline.synthetic.shards import generate_dataset
 from vlmpack_offline.tokens import FAST_FAMILIES, load_model_rules
 
 REPO = Path(__file__).resolve().parents[1]
-EXIT_LIMIT_S = 120  # generous for a busy machine (2 test processes on 2 cores); the hang it guards against never ends
+EXIT_LIMIT_S = 120  # a hang guard, not a speed bound: the hang it guards against never ends
 
 
 def _config_file(tmp_path: Path, wds, processor_dir: Path | str, **sections) -> Path:
@@ -62,8 +61,7 @@ def test_two_workers_that_cannot_start_end_the_scan_with_one_line(
     else:
         processor, cause = _without_chat_template(qwen25_processor_dir, tmp_path / "proc"), "no chat template"
     config = _config_file(tmp_path, small_dataset, processor, process={"workers": 2})
-    started = time.monotonic()
-    done = subprocess.run(
+    done = subprocess.run(  # returns at all: the process exits (the timeout only guards the suite from a hang)
         [sys.executable, "-m", "vlmpack_offline", "scan", "--config", str(config)],
         capture_output=True,
         text=True,
@@ -74,7 +72,6 @@ def test_two_workers_that_cannot_start_end_the_scan_with_one_line(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and cause in lines[0], done.stderr
     assert str(processor) in lines[0]
-    assert time.monotonic() - started < EXIT_LIMIT_S
 
 
 def test_a_scan_stopped_before_its_first_shard_restarts_with_the_fixed_setup(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -148,8 +147,7 @@ def test_a_sample_past_its_budget_is_dropped_on_ray_too(cluster, tmp_path, qwen2
     config = load_config(_scan_config(tmp_path, tmp_path / "src", qwen25_processor_dir, "work", executor="ray",
                                       ray_address=cluster, max_seconds_per_sample=2.0))
     config = config_from_dict({**yaml.safe_load(Path(config.source).read_text()), "scan": {"max_drop_ratio": 1.0}})
-    started = time.perf_counter()
-    scan.run(config)
-    assert time.perf_counter() - started < 60  # the sample alone needs about a minute
-    assert {s.id.split("/")[-1]: s.status for s in _samples(config.work_dir)} == {
-        "before": "ok", "slow": "too_slow", "after": "ok"}
+    scan.run(config)  # ends at all only because the budget stopped the sample: alone it needs many minutes
+    samples = {s.id.split("/")[-1]: s for s in _samples(config.work_dir)}
+    assert {key: s.status for key, s in samples.items()} == {"before": "ok", "slow": "too_slow", "after": "ok"}
+    assert "process.max_seconds_per_sample (2 s)" in samples["slow"].error

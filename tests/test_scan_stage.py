@@ -4,11 +4,11 @@ and gives the same manifest whatever the number of workers."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -170,33 +170,16 @@ def test_kill_minus_9_then_rerun_gives_the_uninterrupted_manifest(
 ):
     config = _write_config(tmp_path, many_shards, qwen25_processor_dir, work="killed")
     db = manifest_path(tmp_path / "killed")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from vlmpack_offline.cli import main; main()",
-            "scan",
-            "--config",
-            str(config),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    done = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        if db.exists():
-            try:
-                with sqlite3.connect(db) as conn:
-                    done = conn.execute("SELECT COUNT(*) FROM shards").fetchone()[0]
-            except sqlite3.OperationalError:  # schema not created yet
-                done = 0
-            if done >= 1:
-                break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert 1 <= done < 6, f"kill came too late or never ({done} shards committed)"
+    env = {**os.environ, "VLMPACK_TEST_KILL_AT": "scan:shard"}  # SIGKILL once a first shard is committed (kill_points.py)
+    killed = subprocess.run(
+        [sys.executable, "-c", "from vlmpack_offline.cli import main; main()", "scan", "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+        timeout=300,  # a hang guard, not a speed bound
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    with sqlite3.connect(db) as conn:
+        done = conn.execute("SELECT COUNT(*) FROM shards").fetchone()[0]
+    assert done == 1, f"{done} shards committed before the kill"
     with Manifest(db) as manifest:
         assert manifest.get_meta("fingerprint") is None  # later stages see an unfinished scan
     resumed = scan.run(load_config(config))

@@ -6,10 +6,18 @@ holds its shard (and with it the run) longer than that: a sample that takes long
 (``SIGALRM``), which interrupts Python code wherever it runs (a template render, a span search, a
 JSON parse) and C code when it returns to Python: one C call on a huge input (the tokenizer on a
 single multi-megabyte message) runs to its end first. Past the budget the timer keeps firing every
-``_REPEAT`` seconds until the block ends, so an interrupt that lands in a finalizer (where Python
-drops exceptions) is not the last one. It needs the main thread of a POSIX process:
-the local executor's workers and Ray's task workers are; elsewhere (a thread) the budget is not
-enforced and ``limit`` says so once.
+``_REPEAT`` seconds until the block ends. It needs the main thread of a POSIX process: the local
+executor's workers and Ray's task workers are; elsewhere (a thread) the budget is not enforced and
+``limit`` says so once.
+
+Only the work's own code is interrupted. Between any two bytecodes of the work, CPython may run code
+on its own behalf: a garbage-collector callback (``gc.callbacks``: hypothesis installs one), a
+finalizer (``__del__``, the ``close`` that ``io.IOBase``'s finalizer calls, a generator closed as it is
+dropped), a weak reference's callback (``weakref.finalize``'s among them), the hook it hands a dropped
+exception to (``sys.unraisablehook``). An exception raised there never reaches the work: CPython
+prints it as "Exception ignored in ..." and drops it, and that code's cleanup stops halfway. A tick that
+lands in such code, or in the cleanup that this block's interrupt runs on its way out (a ``finally``,
+an ``__exit__``), is not raised; the next one is, once that code has returned (``_in_cleanup``).
 
 Whether a sample is ``too_slow`` depends on the machine, so it is the one documented exception to
 byte-identical artifacts (DESIGN, "Time budgets vs determinism").
@@ -18,12 +26,17 @@ byte-identical artifacts (DESIGN, "Time budgets vs determinism").
 from __future__ import annotations
 
 import functools
+import gc
+import io
 import logging
 import signal
 import sys
 import threading
+import types
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 __all__ = ["TooSlow", "limit"]
 
@@ -36,35 +49,95 @@ class TooSlow(BaseException):  # noqa: N818 - like KeyboardInterrupt: no `except
 
 
 _REPEAT = 0.25  # seconds: past the budget the timer fires again until the block has ended
-_state = threading.local()
+
+
+@dataclass(slots=True, kw_only=True)
+class _Block:
+    """The budgeted block now running (budgets do not nest; signal handlers run in the main thread only)."""
+
+    entered: types.FrameType | None  # the frame of the `with limit(...)`: a tick's walk up its frames stops there
+    handled: BaseException | None  # the exception already being handled when the block began: not its cleanup
+    raised: TooSlow | None = None  # the interrupt raised into the block, once it has been
+
+
+_block: _Block | None = None
+
+
+def _class_attribute(owner: type, name: str) -> object:
+    """``owner.name`` as the class dictionaries hold it (no descriptor, no ``__getattr__``: no Python code runs)."""
+    return next((vars(k)[name] for k in owner.__mro__ if name in vars(k)), None)
+
+
+_IOBASE_FINALIZER = _class_attribute(io.IOBase, "__del__")  # in C (_io._IOBase): it calls self.close()
 
 
 def _raise(signum, frame) -> None:
-    """Raise ``TooSlow`` into the running code, unless the budget is over or the code is a finalizer or the
-    hook Python hands a dropped exception to: an exception raised in ``__del__`` is printed and dropped, and
-    one raised inside ``sys.unraisablehook`` (pytest installs one in Python) breaks that hook; the next tick
-    tries again once they have ended."""
-    if not getattr(_state, "active", False):
+    """Raise ``TooSlow`` into the running code, unless the budget is over or the code runs on CPython's own
+    behalf (``_in_cleanup``); the next tick tries again."""
+    block = _block
+    if block is None or _in_cleanup(frame, block):
         return
-    hook = _code_of(sys.unraisablehook)
-    while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_code is hook:
-            return
+    block.raised = TooSlow()
+    raise block.raised
+
+
+def _in_cleanup(frame: types.FrameType | None, block: _Block) -> bool:
+    """Whether the interrupted code (``frame`` up to the block's own) is code that CPython runs on its own
+    behalf, where a raised exception is dropped (see the module doc), or the cleanup of the block's interrupt.
+
+    The exception being handled tells a generator closed as it is dropped (``GeneratorExit``, which CPython
+    throws into it) and a ``finally`` run by the interrupt itself; the frames tell the rest: the code of a
+    ``gc.callbacks`` entry or of ``sys.unraisablehook``, and a frame whose arguments say who called it
+    (``_finalizes``)."""
+    handled = sys.exc_info()[1]
+    if handled is not block.handled and (isinstance(handled, GeneratorExit) or handled is block.raised):
+        return True
+    hooks = {_code_of(hook) for hook in (*gc.callbacks, sys.unraisablehook)}
+    while frame is not None and frame is not block.entered:
+        if frame.f_code in hooks or frame.f_code.co_name == "__del__" or _finalizes(frame):
+            return True
         frame = frame.f_back
-    raise TooSlow
+    return False
 
 
-def _code_of(function) -> object:
-    """The Python code object of ``function`` (through ``functools.partial``), or None for C functions."""
-    while isinstance(function, functools.partial):
-        function = function.func
-    return getattr(function, "__code__", None)
+def _finalizes(frame: types.FrameType) -> bool:
+    """Whether ``frame`` is a finalizer or a weak reference's callback, told by its arguments: a dead weak
+    reference (CPython hands one to the callback once the referent has gone: ``weakref.ref``'s callback, a
+    ``weakref.finalize``), or a ``self`` whose class finalizes through this code (``__del__`` under another
+    name, as ``__del__ = close``; ``close`` where the finalizer is ``io.IOBase``'s)."""
+    code = frame.f_code
+    if not code.co_argcount:
+        return False
+    local = frame.f_locals
+    arguments = [local.get(name) for name in code.co_varnames[: code.co_argcount]]
+    if any(issubclass(type(a), weakref.ReferenceType) and a() is None for a in arguments):
+        return True
+    owner = type(arguments[0])
+    finalizer = _class_attribute(owner, "__del__")
+    if finalizer is _IOBASE_FINALIZER:
+        finalizer = _class_attribute(owner, "close")
+    return finalizer is not None and _code_of(finalizer) is code
+
+
+def _code_of(function: object) -> types.CodeType | None:
+    """The code object that calling ``function`` runs (through ``functools.partial``, bound methods and a
+    callable object's ``__call__``), or None for C functions."""
+    for _ in range(8):  # a partial of a bound method of a callable object ... is a handful of steps deep
+        if isinstance(function, types.FunctionType):
+            return function.__code__
+        if isinstance(function, functools.partial):
+            function = function.func
+        elif isinstance(function, types.MethodType):
+            function = function.__func__
+        else:
+            function = _class_attribute(type(function), "__call__")  # a C function's is a slot wrapper: None
+    return None
 
 
 @contextmanager
 def limit(seconds: float | None) -> Iterator[None]:
     """Run the block under a budget of ``seconds`` (None or <= 0: no budget). Budgets do not nest."""
-    global _warned
+    global _warned, _block
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not seconds or seconds <= 0 or not usable:
         if seconds and not usable and not _warned:
@@ -74,14 +147,15 @@ def limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGALRM, _raise)
-    _state.active = True
+    # sys._getframe(2): this generator's frame, contextlib's __enter__, then the `with` statement's own
+    _block = _Block(entered=sys._getframe(2), handled=sys.exc_info()[1])
     signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)  # fires again until cleared: a swallowed one is not the end
     try:
         yield
     finally:
         while True:  # a tick may land in here too: retry until the timer is off (the budget is over)
             try:
-                _state.active = False
+                _block = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous)
                 break
