@@ -43,7 +43,7 @@ def test_a_folder_that_needs_its_own_code_is_one_line_not_a_prompt(tmp_path, qwe
     job = subprocess.Popen([sys.executable, "-m", "vlmpack_offline", "scan", "--config", str(config)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        out, _ = job.communicate(timeout=60)  # the pipe stays open: a prompt would wait past this
+        out, _ = job.communicate(timeout=600)  # the pipe stays open: a prompt would wait past this (a hang guard)
     finally:
         job.kill()
     text = out.decode()
