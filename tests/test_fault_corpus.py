@@ -68,7 +68,7 @@ def _sample_kinds(jpeg: bytes, png: bytes, mp4: bytes) -> list[tuple[str, Synthe
     """(expected reason, sample) for every sample-level kind; the key says what it is."""
     s = SyntheticSample
     big = image_bytes(640, 480)
-    cut_jpeg = big[: len(big) // 2]  # header intact, data cut: only decode_check sees it
+    cut_jpeg = big[: len(big) // 2]  # header intact, data cut: the default scan's structure walk sees it
     words = " ".join(["word"] * 12_000)
     return [
         # good samples of every layout, around the faults
@@ -125,12 +125,12 @@ def _sample_kinds(jpeg: bytes, png: bytes, mp4: bytes) -> list[tuple[str, Synthe
         ("corrupt_media", s(key="corrupt_empty_jpg", json=_hf(_img_turn("img0.jpg")), media={"img0.jpg": b""})),
         ("corrupt_media", s(key="corrupt_png_header", json=_hf(_img_turn("img0.png")),
                             media={"img0.png": b"\x89PNG\r\n\x1a\n" + b"\0" * 64})),
-        ("corrupt_media", s(key="corrupt_cut_jpeg", json=_hf(_img_turn("img0.jpg")), media={"img0.jpg": cut_jpeg})),
+        ("truncated_media", s(key="truncated_cut_jpeg", json=_hf(_img_turn("img0.jpg")), media={"img0.jpg": cut_jpeg})),
         ("corrupt_media", s(key="corrupt_random_mp4", json=_hf([{"type": "video", "video": "v.mp4"}]),
                             media={"v.mp4": b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 4})),
         ("corrupt_media", s(key="corrupt_empty_mp4", json=_hf([{"type": "video", "video": "v.mp4"}]),
                             media={"v.mp4": b""})),
-        ("corrupt_media", s(key="corrupt_cut_mp4", json=_hf([{"type": "video", "video": "v.mp4"}]),
+        ("truncated_media", s(key="truncated_cut_mp4", json=_hf([{"type": "video", "video": "v.mp4"}]),
                             media={"v.mp4": mp4[: len(mp4) // 3]})),
         ("unsupported_aspect", s(key="aspect_4000x10", json=_hf(_img_turn("img0.png")),
                                  media={"img0.png": image_bytes(4000, 10, fmt="PNG")})),
@@ -299,7 +299,7 @@ def test_the_scan_summary_says_what_could_not_be_read(corpus, pipeline):
     assert "warning: 1 media parts are in their sample but never referenced" in out
 
 
-def test_a_cut_jpeg_scans_ok_without_decode_check(tmp_path, make_config):
+def test_a_cut_jpeg_is_truncated_media_without_decode_check(tmp_path, make_config):
     from vlmpack_offline.stages import scan
 
     jpeg = image_bytes(640, 480)
@@ -307,4 +307,4 @@ def test_a_cut_jpeg_scans_ok_without_decode_check(tmp_path, make_config):
                                                              media={"img0.jpg": jpeg[: len(jpeg) // 2]})])
     scan.run(make_config(wds_dir=tmp_path / "src", scan={"max_drop_ratio": 1.0}))
     with Manifest(manifest_path(tmp_path / "work")) as manifest:
-        assert [row.status for row in manifest.iter_samples()] == ["ok"]  # the header reads: only decoding fails
+        assert [row.status for row in manifest.iter_samples()] == ["truncated_media"]  # the header reads, the data ends

@@ -15,6 +15,7 @@ __all__ = [
     "PlanError",
     "LayoutError",
     "LengthMismatchError",
+    "MediaDecodeError",
     "MachineFault",
 ]
 
@@ -52,6 +53,24 @@ class LayoutError(ConfigError):
 
 class LengthMismatchError(VlmpackError):
     """A sample materialized at load time does not have its planned token length."""
+
+
+class MediaDecodeError(VlmpackError):
+    """A packed sample's media cannot be read or decoded at load time: cut or damaged after the scan looked at
+    it, or damage its structure check cannot see (``media/integrity.py``). One line naming the pack, the sample,
+    where its bytes are and the fix. Built from its message alone, so a DataLoader worker's copy reaches the
+    main process as this class with the same text (``torch/_utils.py``, ``ExceptionWrapper.reraise``)."""
+
+    @classmethod
+    def naming(cls, *, pack_id: int, sample_id: str, members: list[str], shard: str, cause: BaseException) -> MediaDecodeError:
+        """The error for ``members`` (the pack's member names) of sample ``sample_id``, read from ``shard``."""
+        text = (str(cause).strip().splitlines() or [""])[0]
+        where = f"{shard} member {', '.join(members)}" if shard else f"member {', '.join(members)}"
+        return cls(
+            f"pack {pack_id}, sample {sample_id!r} ({where}): its media does not decode ({type(cause).__name__}: "
+            f"{text}); rescan with scan.decode_check: true (it drops such samples as corrupt_media) or remove the "
+            "file from its source shard, then rerun bucket, plan and write"
+        )
 
 
 class MachineFault(VlmpackError):

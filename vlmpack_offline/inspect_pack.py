@@ -11,7 +11,9 @@ planned with (``.nv-meta/vlmpack.json``). With ``--pack N`` (the plan's pack id)
 ``learns`` is the text of the tokens that get a label, decoded from the loader's own
 ``labels``: what the model is trained to produce. ``--render`` also prints each
 sub-sample's chat text with every media item shown as ``<image m0000.jpg>``.
-Labels and rendering need the processor directory (as recorded, or ``--processor``).
+Labels and rendering need the processor directory (as recorded, or ``--processor``). A media part
+that does not decode ends the command with the loader's own ``MediaDecodeError``: one line naming the
+pack, the sample, its tar and member and the fix, exit 1.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ShardError, VlmpackError
+from .errors import MediaDecodeError, ShardError, VlmpackError
 from .output.energon_meta import META_DIR, read_dataset_yaml, written_layout
 from .schedule import Schedule
 
@@ -115,7 +117,9 @@ def describe_pack(packed_dir: str | Path, pack_id: int, *, processor: str | None
         from .loader import PackEncoder
 
         encoder = PackEncoder.from_packed_dir(packed_dir, processor)
-        batch = encoder.encode(pack, cooked.media)
+        batch = encoder.encode(pack, cooked.media, shard=shard)
+    except MediaDecodeError:
+        raise  # the pack cannot be served: one line naming the sample and member, exit 1 (cli.main)
     except VlmpackError as exc:
         encoder = batch = None
         lines.append(f"  (labels not shown: {exc})")

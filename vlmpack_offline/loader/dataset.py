@@ -324,7 +324,8 @@ class PackDataset(IterableDataset):
                 f"pack {cooked.pack.pack_id} ({cooked.__restore_key__[1]}) says split {cooked.pack.split!r} "
                 f"but {META_DIR}/split.yaml lists its tar under {self.split!r}; rerun `vlmpack write`"
             )
-        batch = replace(self.encoder.encode(cooked.pack, cooked.media), position=position)
+        shard = cooked.__restore_key__[1]  # a media part that does not decode is named with its tar (encoder.py)
+        batch = replace(self.encoder.encode(cooked.pack, cooked.media, shard=shard), position=position)
         if get_worker_info() is not None:  # fail here, with the pack named, not in the queue's feeder thread (a hang)
             ensure_picklable(batch, f"pack {batch.pack_id}'s PackBatch")
         return batch

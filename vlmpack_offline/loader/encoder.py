@@ -15,6 +15,9 @@ Each sub-sample is built alone, exactly as if it were the only sample:
 
 Then segments are concatenated and ``cu_seqlens`` records where each starts.
 
+A media part that cannot be read or decoded (steps 1 and 4) raises ``MediaDecodeError`` naming the pack, the
+sample, the packed shard and member and the fix, instead of the decoder's own error from a DataLoader worker.
+
 ``dummy_image_for_text_packs``: a pack with no image and no video gets one extra
 trailing segment made of a single ``<|image_pad|>`` token for a
 ``factor x factor`` black image (``factor`` = patch*merge, so grid 1x2x2 -> one
@@ -30,7 +33,8 @@ below the model's limit if the trainer needs ``S <= limit`` strictly.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,10 +45,10 @@ from PIL import Image
 
 from ..config import Config
 from ..conversation import Conversation, MediaRef
-from ..errors import LengthMismatchError
+from ..errors import LengthMismatchError, MediaDecodeError, VlmpackError
 from ..families import family_for
 from ..media import decode_frames, probe_video
-from ..packed_format import PackedSample, PackedSubSample
+from ..packed_format import PackedSample, PackedSubSample, pack_key
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
 from ..remote_code import trusted
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
@@ -77,6 +81,20 @@ class _Segment:
     n_images: int
     n_videos: int
     token_type_ids: torch.Tensor | None = None  # long [L] for models that take it (Gemma3: 1 on image tokens)
+
+
+@contextmanager
+def _decoding(pack_id: int, sample_id: str, parts: list[str], shard: str) -> Iterator[None]:
+    """Any failure reading or decoding ``parts`` of one sub-sample as one ``MediaDecodeError`` naming them (an
+    expected error of ours, or a missing package, passes as it is)."""
+    try:
+        yield
+    except (VlmpackError, ImportError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - PIL, PyAV, decord and the processors raise their own types
+        members = [f"{pack_key(pack_id)}.{part}" for part in parts]
+        raise MediaDecodeError.naming(pack_id=pack_id, sample_id=sample_id, members=members, shard=shard,
+                                      cause=exc) from exc  # fmt: skip
 
 
 def _conversation(sub: PackedSubSample) -> Conversation:
@@ -139,30 +157,33 @@ class PackEncoder:
         return cls(config, options)  # __init__ checks config against the directory's settings
 
     # -- one sub-sample -------------------------------------------------------------------------
-    def _segment(self, pack_id: int, sub: PackedSubSample, media: Mapping[str, bytes]) -> _Segment:
+    def _segment(self, pack_id: int, sub: PackedSubSample, media: Mapping[str, bytes], shard: str = "") -> _Segment:
         conversation = _conversation(sub)
         infos, tensors, seconds, together = [], [], [], []
         for ref in conversation.media:
             if ref.part not in media:
                 raise KeyError(f"pack {pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
             data = media[ref.part]
-            if ref.kind == "image":
-                infos.append(probe_media("image", data, rules=self.rules, video=self.config.video, part=ref.part))
-                if self.images_per_sample:
-                    together.append(data)
-                else:
-                    tensors.append(self.media.image(data))
-            else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
-                settings = resolve_video(self.config.video, self.rules.video, factor=self.rules.factor)
-                video = probe_video(data, reader=settings.reader, part=ref.part)
-                sampling = sample_for(self.rules, video, settings, part=ref.part)
-                infos.append(VideoMedia(sampling=sampling))
-                frames = decode_frames(data, sampling, resize=self.media.resized_frames)
+            with _decoding(pack_id, sub.id, [ref.part], shard):
+                if ref.kind == "image":
+                    infos.append(probe_media("image", data, rules=self.rules, video=self.config.video, part=ref.part))
+                    if self.images_per_sample:
+                        together.append(data)
+                    else:
+                        tensors.append(self.media.image(data))
+                else:  # probe + sample as probe_media does, keeping the container facts for sampled_fps
+                    settings = resolve_video(self.config.video, self.rules.video, factor=self.rules.factor)
+                    video = probe_video(data, reader=settings.reader, part=ref.part)
+                    sampling = sample_for(self.rules, video, settings, part=ref.part)
+                    infos.append(VideoMedia(sampling=sampling))
+                    frames = decode_frames(data, sampling, resize=self.media.resized_frames)
+            if ref.kind == "video":  # the video processor on decoded frames: its errors are its own
                 tensors.append(self.media.frames(frames, sampling))
                 sampled_fps = sampling.n_frames / video.n_frames * video.native_fps  # HF VideoMetadata.sampled_fps
                 seconds.append(self.rules.temporal_patch_size / sampled_fps)
         if together:
-            tensors.insert(0, self.media.images(together))
+            with _decoding(pack_id, sub.id, [r.part for r in conversation.media if r.kind == "image"], shard):
+                tensors.insert(0, self.media.images(together))
         materialized = self.counter.materialize(conversation, infos)
         input_ids, assistant_mask = materialized.input_ids, materialized.assistant_mask
         if self.options.check_lengths and len(input_ids) != sub.token_len:
@@ -218,9 +239,10 @@ class PackEncoder:
         )
 
     # -- one pack ---------------------------------------------------------------------------------
-    def encode(self, pack: PackedSample, media: Mapping[str, bytes]) -> PackBatch:
-        """Materialize every sub-sample of ``pack`` and concatenate them into one ``PackBatch``."""
-        segments = [self._segment(pack.pack_id, sub, media) for sub in pack.samples]
+    def encode(self, pack: PackedSample, media: Mapping[str, bytes], *, shard: str = "") -> PackBatch:
+        """Materialize every sub-sample of ``pack`` and concatenate them into one ``PackBatch``. ``shard``: the
+        packed tar the pack was read from, named by a ``MediaDecodeError``."""
+        segments = [self._segment(pack.pack_id, sub, media, shard) for sub in pack.samples]
         n_dummy = 0
         if self.options.dummy_image_for_text_packs and not any(s.n_images or s.n_videos for s in segments):
             segments.append(self._dummy_segment())

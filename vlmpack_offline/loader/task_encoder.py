@@ -110,7 +110,8 @@ class PackTaskEncoder(DefaultTaskEncoder[CookedPack, PackBatch, PackBatch, PackB
         )
 
     def encode_sample(self, sample: CookedPack) -> PackBatch:
-        return self.encoder.encode(sample.pack, sample.media)
+        sources = sample.__sources__ or ()  # energon's SourceInfo: the tar a media part that does not decode is in
+        return self.encoder.encode(sample.pack, sample.media, shard=sources[0].shard_name if sources else "")
 
     def batch(self, samples: list[PackBatch]) -> PackBatch:
         if len(samples) != 1:

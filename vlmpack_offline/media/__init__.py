@@ -1,16 +1,23 @@
-"""Media facts read without pixel decoding: image header sizes, video container metadata, frame sampling.
+"""Media facts read without pixel decoding: image header sizes, video container metadata, frame sampling,
+and whether a file is whole (``integrity``, ``video_integrity``: its structure walked to its end, the scan's check).
 
 Scan (token counting) and the loader (pixel decoding) call the same functions,
 so the frames and sizes counted offline are the ones decoded at training time.
 """
 
 from .image_info import ImageSize, image_size, open_image
+from .integrity import check_image
 from .video import VideoInfo, VideoSampling, decode_frames, probe_video, sample_video
+from .video_integrity import PacketSpan, check_container, check_packets
 
 __all__ = [
     "ImageSize",
     "image_size",
     "open_image",
+    "check_image",
+    "PacketSpan",
+    "check_container",
+    "check_packets",
     "VideoInfo",
     "VideoSampling",
     "probe_video",

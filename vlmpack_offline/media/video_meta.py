@@ -28,6 +28,10 @@ The size is the stream header's coded width and height, turned by the file's dis
 that turn frames upright (torchcodec, decord: a phone video's 640x360 coded frames are 360 wide, 640 high);
 finding that rotation decodes the first frame (PyAV exposes no stream side data). Scan cost per video is
 the container's header, its packet index and that one frame.
+
+Every reader's probe also demuxes the video stream's packets once with PyAV (the torchcodec numbers come from
+that pass; the others' size and rotation come from the same open) and keeps where they end against the duration
+the header claims (``VideoInfo.span``): the scan's ``video_integrity.check_packets`` tells a cut file from it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Literal
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
+from .video_integrity import PacketSpan, check_packets
 
 __all__ = ["READERS", "Reader", "VideoInfo", "probe_video", "check_reader_installed", "checked", "decord_reader"]
 
@@ -57,6 +62,7 @@ class VideoInfo:
     backend: str  # the reader whose count and rate these are: torchcodec, decord or pyav
     rotation: int = 0  # the file's display rotation (0, 90, 180, 270 counter-clockwise): torchcodec and decord
     # turn the frames upright (height and width above swapped for 90 / 270), pyav hands them as coded
+    span: PacketSpan | None = None  # the packets PyAV demuxed against the header (video_integrity.check_packets)
 
     @property
     def upright(self) -> bool:
@@ -89,6 +95,8 @@ def probe_video(data: bytes, *, reader: str = DEFAULT_READER, part: str = "video
         raise
     except Exception as exc:  # the libraries raise their own error types
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: not a readable video ({reader}: {_first_line(exc)})") from None
+    if info.span is not None and info.span.packets == 0:  # no frame because the data stops before the first one
+        check_packets(info.span, part=part)
     return checked(info, part)
 
 
@@ -127,9 +135,10 @@ def _decord_info(data: bytes) -> VideoInfo:
         stream = container.streams.best("video")
         if stream is None:
             raise ValueError("no video stream")
+        packets = _demux(container, stream)
         info = VideoInfo(n_frames=len(reader), native_fps=float(reader.get_avg_fps()), height=stream.codec_context.height,
-                         width=stream.codec_context.width, backend="decord")  # fmt: skip
-        return _turned(info, _first_rotation(lambda: container.decode(stream)))
+                         width=stream.codec_context.width, backend="decord", span=packets.span)  # fmt: skip
+        return _turned(info, packets.rotation)
 
 
 def _first_rotation(decode) -> int | None:
@@ -159,33 +168,86 @@ def _pyav_info(data: bytes, reader: str) -> VideoInfo:
     with av.open(io.BytesIO(data)) as container:
         if reader == "pyav":  # read_video_pyav: the first video stream's header
             stream = container.streams.video[0]
+            packets = _demux(container, stream)
             fps = float(stream.average_rate) if stream.average_rate else 0.0
             info = VideoInfo(n_frames=int(stream.frames), native_fps=fps, height=stream.codec_context.height,
-                             width=stream.codec_context.width, backend="pyav")  # fmt: skip
-            return _turned(info, _first_rotation(lambda: container.decode(stream)))
+                             width=stream.codec_context.width, backend="pyav", span=packets.span)  # fmt: skip
+            return _turned(info, packets.rotation)
         stream = container.streams.best("video")  # av_find_best_stream, as torchcodec picks
         if stream is None:
             raise ValueError("no video stream")
-        n_frames, begin, end, rotation = 0, None, None, None
-        for packet in container.demux(stream):
-            if rotation is None:  # the first decoded frame's; the end-of-stream packet drains a decoder's delay
-                rotation = _first_rotation(packet.decode)
-            if packet.pts is None and packet.dts is None and packet.size == 0:
-                continue  # PyAV's end-of-stream flush packet, not one av_read_frame returned
-            if packet.is_discard:
-                continue
-            t = packet.pts if packet.pts is not None else packet.dts
-            if t is None:
-                raise ValueError("a packet without pts or dts")
-            n_frames += 1
-            begin = t if begin is None else min(begin, t)
-            end = t + (packet.duration or 0) if end is None else max(end, t + (packet.duration or 0))
+        packets = _demux(container, stream)
         fps = float(stream.average_rate) if stream.average_rate else 0.0  # the header's, if the span is 0
-        if n_frames:
+        if packets.count:
             base = stream.time_base
-            span = float(end) * base.numerator / base.denominator - float(begin) * base.numerator / base.denominator
+            span = float(packets.end) * base.numerator / base.denominator - float(packets.begin) * base.numerator / base.denominator
             if span != 0.0:
-                fps = n_frames / span
-        info = VideoInfo(n_frames=n_frames, native_fps=fps, height=stream.codec_context.height,
-                         width=stream.codec_context.width, backend="torchcodec")  # fmt: skip
-    return _turned(info, rotation)
+                fps = packets.count / span
+        info = VideoInfo(n_frames=packets.count, native_fps=fps, height=stream.codec_context.height,
+                         width=stream.codec_context.width, backend="torchcodec", span=packets.span)  # fmt: skip
+    return _turned(info, packets.rotation)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Packets:
+    count: int  # packets av_read_frame returned, without AV_PKT_FLAG_DISCARD (torchcodec's frame count)
+    begin: int | None  # min(pts, else dts), in the stream's time base
+    end: int | None  # max(pts + duration)
+    rotation: int | None  # the first decoded frame's display rotation (_first_rotation)
+    span: PacketSpan  # the same packets in seconds, against the header's duration
+
+
+def _demux(container, stream) -> _Packets:
+    """One pass over ``stream``'s packets without decoding (torchcodec's scan, module doc), the first frame
+    decoded for its rotation."""
+    count, total, begin, end, rotation, last_cut = 0, 0, None, None, None, False
+    for packet in container.demux(stream):
+        if rotation is None:  # the first decoded frame's; the end-of-stream packet drains a decoder's delay
+            rotation = _first_rotation(packet.decode)
+        if packet.pts is None and packet.dts is None and packet.size == 0:
+            continue  # PyAV's end-of-stream flush packet, not one av_read_frame returned
+        last_cut = bool(packet.is_corrupt)  # a short read: the packet's bytes run past the end of the data
+        total += 1
+        if packet.is_discard:
+            continue
+        t = packet.pts if packet.pts is not None else packet.dts
+        if t is None:
+            raise ValueError("a packet without pts or dts")
+        count += 1
+        begin = t if begin is None else min(begin, t)
+        end = t + (packet.duration or 0) if end is None else max(end, t + (packet.duration or 0))
+    return _Packets(count=count, begin=begin, end=end, rotation=rotation,
+                    span=_span(container, stream, total, begin, end, last_cut))  # fmt: skip
+
+
+def _span(container, stream, count: int, begin: int | None, end: int | None, last_cut: bool) -> PacketSpan:
+    """The packets in seconds, and the end the header claims: the stream's own start + duration (MP4 / MOV
+    ``mdhd``, AVI), else Matroska's per-track ``DURATION`` tag, else the container's duration when the video
+    is its only stream (another stream's length is no claim about the video's); None without any of them.
+    Matroska's two are the last timestamp's end, counted from 0 (FFmpeg's muxer; a file whose first frame is
+    at 0.25 s says 5.25 for frames ending at 5.25), so they are taken as the end itself: were one a length, that
+    reading is the earlier end, so an intact file is never short of it.
+    The frames the header counts: ``stream.frames`` (MP4 ``stsz``, AVI ``dwLength``; 0 in Matroska: None)."""
+    seconds = float(stream.time_base) if stream.time_base else 0.0
+    start = stream.start_time if stream.start_time is not None else begin
+    if stream.duration:
+        claimed = float(start or 0) * seconds + float(stream.duration) * seconds
+    elif (tag := _tag_seconds(stream.metadata.get("DURATION"))) is not None:
+        claimed = tag
+    elif container.duration and len(container.streams) == 1:
+        claimed = container.duration / 1e6  # AV_TIME_BASE: microseconds
+    else:
+        claimed = None
+    packets_s = float(end - begin) * seconds if count and end is not None else 0.0
+    return PacketSpan(packets=count, end=float(end) * seconds if end is not None else 0.0,
+                      interval=packets_s / count if count > 1 else 0.0, claimed_end=claimed,
+                      claimed_packets=int(stream.frames) or None, last_cut=last_cut)  # fmt: skip
+
+
+def _tag_seconds(value: str | None) -> float | None:
+    """Matroska's ``DURATION`` tag, ``HH:MM:SS.nnnnnnnnn``, in seconds (None when absent or unreadable)."""
+    try:
+        hours, minutes, secs = (value or "").split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(secs)
+    except ValueError:
+        return None

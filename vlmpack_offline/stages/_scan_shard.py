@@ -6,6 +6,12 @@ Runs inside a worker process (one counter, so one tokenizer, per process)::
                                                                      │
                                  count_many (batched tokenizer) ◄────┘ ─► token_len ─► ok
 
+Every media part is checked whole by its own structure (``media/integrity.py``: a JPEG to its end-of-image
+marker, PNG chunks and their CRCs to IEND, ...; ``media/video_integrity.py``: a video container's sizes, its
+packets against the duration and frame count its header claims), so a
+file cut after its header is a ``truncated_media`` drop here, not a failure in a training worker; ``scan.decode_check``
+adds a full decode.
+
 A sample that fails at any step keeps its member locators and gets its drop
 reason and error text; the shard goes on. An error nobody foresaw (any exception
 while reading, parsing, probing or counting one sample) drops that sample as
@@ -34,13 +40,13 @@ from pathlib import Path
 from ..config import DEFAULT_SOURCE, Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..deadline import TooSlow, limit
+from ..layouts import layouts_unfit
 from ..manifest import SampleRecord, ShardRecord
-from ..media import decode_frames, open_image
+from ..media import check_container, check_image, check_packets, decode_frames, open_image
 from ..reasons import SHARD_REASONS, DropError, Reason
 from ..tario import (
     RawSample,
     is_url,
-from ..layouts import layouts_unfit
     iter_samples,
     open_source,
     read_range,
@@ -48,7 +54,7 @@ from ..layouts import layouts_unfit
     shard_problem,
     source_stat,
 )  # fmt: skip
-from ..tokens import make_counter
+from ..tokens import VideoMedia, make_counter
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
 _BATCH = 256  # samples per tokenizer call
@@ -243,7 +249,11 @@ class ShardScanner:
             for ref in conversation.media:
                 member = raw.part(ref.part)
                 data = read_range(handle, member.offset, member.size)
+                # the file walked to its end first (media/integrity.py, video_integrity.py): a cut header is cut too
+                (check_image if ref.kind == "image" else check_container)(data, part=ref.part)
                 info = self.counter.probe(ref.kind, data, part=ref.part)
+                if ref.kind == "video":  # the probe's packets against what its header claims
+                    check_packets(_video_media(info).span, part=ref.part)
                 if self.config.scan.decode_check:
                     _decode(ref.kind, data, info, part=ref.part)
                 media.append(info)
@@ -274,7 +284,13 @@ class ShardScanner:
             error=item.error,
             unused_media=item.unused_media,
             sha256=item.sha256,
+            layout_unfit=layouts_unfit(conversation.messages) if conversation and item.status == "ok" else "",
         )
+
+
+def _video_media(info) -> VideoMedia:
+    """A video's probe record: the fast path's own, the slow path's inside its ``RawMedia``."""
+    return info if isinstance(info, VideoMedia) else info.video
 
 
 def _decode(kind: str, data: bytes, info, *, part: str) -> None:
@@ -284,8 +300,7 @@ def _decode(kind: str, data: bytes, info, *, part: str) -> None:
             with open_image(data, part=part) as image:
                 image.load()
         else:
-            layout_unfit=layouts_unfit(conversation.messages) if conversation and item.status == "ok" else "",
-            sampling = getattr(info, "sampling", None) or info.video.sampling  # fast path / slow path probe
+            sampling = _video_media(info).sampling
             frames = decode_frames(data, sampling, resize=False)
             if len(frames) != len(sampling.frame_indices):
                 raise ValueError(f"{len(frames)} of {len(sampling.frame_indices)} sampled frames decode")

@@ -16,7 +16,7 @@ from typing import ClassVar
 from ..config import VideoConfig
 from ..families import family_for
 from ..families.qwen import grid_thw, media_token_count
-from ..media import VideoInfo, VideoSampling, image_size, probe_video, sample_video
+from ..media import PacketSpan, VideoInfo, VideoSampling, image_size, probe_video, sample_video
 from ..reasons import DropError, Reason
 from .rules import ModelRules, resolve_video
 
@@ -34,6 +34,7 @@ class ImageMedia:
 class VideoMedia:
     kind: ClassVar[str] = "video"
     sampling: VideoSampling  # the frames the loader will decode, and their size
+    span: PacketSpan | None = None  # where the probe's packets end against the header (the scan's integrity check)
 
 
 MediaInfo = ImageMedia | VideoMedia
@@ -101,7 +102,7 @@ def probe_media(
     elif kind == "video":
         settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
         info = probe_video(data, reader=settings.reader, part=part)
-        media = VideoMedia(sampling=sample_for(rules, info, settings, part=part))
+        media = VideoMedia(sampling=sample_for(rules, info, settings, part=part), span=info.span)
     else:
         raise ValueError(f"unknown media kind {kind!r}")
     if check_grid and family is not None:  # e.g. Qwen-VL's aspect limit, so the drop is recorded at probe time
