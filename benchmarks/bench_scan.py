@@ -21,6 +21,12 @@ Two vlmpack figures, both on one core:
     ``--repeats`` times; samples/s of the median pass. This is what each worker of a
     long scan sustains once started, the figure to compare with 1,000 samples/s per core.
 
+And what the media integrity walk (``media/integrity.py``, on by default) costs, measured inside one run so
+other programs sharing the machine blur it less than two runs apart: ``check_image`` alone on every image of
+the timed shards (best of ``--repeats``), and ``--walk-pairs`` pairs of steady-state passes of one scanner
+with the walk and without it (the scan module's ``check_image`` replaced by a no-op), the order alternating
+within each pair; CPU seconds per pass, min / median / max of each.
+
     python benchmarks/bench_scan.py [--samples 1200] [--baseline-samples 150] [--shards 8] [--repeats 3]
 """
 
@@ -51,7 +57,8 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.stages import scan
+from vlmpack_offline.media import check_image
+from vlmpack_offline.stages import _scan_shard, scan
 from vlmpack_offline.stages._scan_shard import ShardScanner, ShardTask
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, write_shard
@@ -173,6 +180,47 @@ def steady_state(
     return setup, statistics.median(passes), statistics.median(cpu), n
 
 
+def walk_cpu(shards: list[Path], repeats: int) -> tuple[float, int]:
+    """(best CPU seconds of ``check_image`` over every image of ``shards``, images walked)."""
+    datas = []
+    for path in shards:
+        with open(path, "rb") as handle:
+            datas += [read_range(handle, m.offset, m.size) for raw in iter_samples(path) for m in raw.members
+                      if m.part != "json"]  # fmt: skip
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for data in datas:
+            check_image(data)
+        best = min(best, time.process_time() - start)
+    return best, len(datas)
+
+
+def walk_pairs(shards: list[Path], processor_dir: Path, work: Path, pairs: int) -> tuple[list[float], list[float]]:
+    """CPU seconds of passes over shards[1:] by one scanner (first shard as warm-up): (with the walk, without)."""
+    scanner = ShardScanner(_config(shards, processor_dir, work))
+    tasks = [ShardTask(shard=p.name, path=str(p)) for p in shards]
+    scanner.scan(tasks[0])
+    walked, skipped = [], []
+    for pair in range(pairs):
+        for walk in (True, False) if pair % 2 == 0 else (False, True):
+            _scan_shard.check_image = check_image if walk else _no_walk
+            start = time.process_time()
+            for task in tasks[1:]:
+                scanner.scan(task)
+            (walked if walk else skipped).append(time.process_time() - start)
+    _scan_shard.check_image = check_image
+    return walked, skipped
+
+
+def _no_walk(data: bytes, *, part: str = "image") -> None:
+    return None
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=1200)
@@ -180,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--family", choices=("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3", "llava_onevision"), default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
+    parser.add_argument("--walk-pairs", type=int, default=6,
+                        help="steady-state passes with and without the media integrity walk, alternating")
     parser.add_argument(
         "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
     )
@@ -192,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         shards = make_shards(root / "wds", args.samples, args.shards)
         ours, ours_s = vlmpack_scan(shards, processor_dir, root / "work")
         setup_s, pass_s, pass_cpu, pass_n = steady_state(shards, processor_dir, root / "work-steady", args.repeats)
+        walk_s, walked = walk_cpu(shards[1:], args.repeats)
+        with_walk, without_walk = walk_pairs(shards, processor_dir, root / "work-pairs", args.walk_pairs)
         theirs, theirs_s = baseline(shards, processor_dir, args.family, args.baseline_samples)
     mismatches = [k for k in theirs if theirs[k] != ours.get(k)]
     ours_rate, theirs_rate = len(ours) / ours_s, len(theirs) / theirs_s
@@ -209,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vlmpack steady state (1 core, setup {setup_s:.2f}s excluded): {pass_n} samples in {pass_s:.2f}s "
           f"(median of {args.repeats}), {steady_rate:.0f} samples/s; per CPU second {pass_n / pass_cpu:.0f} "
           "samples (target >= 1000 per core)")
+    print(f"integrity walk: {walked} images in {walk_s * 1e3:.1f} ms CPU ({walk_s / walked * 1e6:.1f} us each), "
+          f"{100 * walk_s / pass_cpu:.1f}% of the steady state's CPU per pass: it adds "
+          f"{100 * walk_s / (pass_cpu - walk_s):.1f}% to the scan without it")
+    on, off = [pass_n / s for s in with_walk], [pass_n / s for s in without_walk]
+    print(f"steady state with and without the walk, {args.walk_pairs} alternating passes each, samples per CPU "
+          f"second min / median / max: with {_spread(on)}, without {_spread(off)}; the walk costs "
+          f"{100 * (1 - statistics.median(on) / statistics.median(off)):.1f}% (medians), "
+          f"{100 * (1 - max(on) / max(off)):.1f}% (best passes)")
     print(f"speed-up: {ratio:.1f}x end to end, {steady_rate / theirs_rate:.1f}x steady state "
           f"(target >= {args.min_ratio:.0f}x end to end)")
     if mismatches or len(ours) != args.samples:

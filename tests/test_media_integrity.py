@@ -13,6 +13,8 @@ import io
 
 import pytest
 from _cut_media import cut_offsets, images, pil_decodes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import ExifTags, Image
 
 from vlmpack_offline.media import check_image, image_size
@@ -124,3 +126,18 @@ def test_the_exif_thumbnail_is_one_pil_reads():
     tiff = data.index(b"Exif\0\0") + 6  # EXIF offsets count from the TIFF header
     thumbnail = data[tiff + ifd1[0x0201] : tiff + ifd1[0x0201] + ifd1[0x0202]]
     assert thumbnail.startswith(b"\xff\xd8") and thumbnail.endswith(b"\xff\xd9") and pil_decodes(thumbnail)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(IMAGES)), cut=st.floats(0.0, 1.0),
+       flips=st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(1, 255)), max_size=4))  # fmt: skip
+def test_damage_of_any_kind_is_a_drop_reason_never_a_crash(name, cut, flips):
+    """Cut anywhere and bytes flipped anywhere: the walk returns or raises DropError, nothing else (an
+    exception of another type would drop the sample as unreadable_sample, naming nothing useful)."""
+    data = bytearray(IMAGES[name][: max(1, int(len(IMAGES[name]) * cut))])
+    for where, mask in flips:
+        data[min(int(where * len(data)), len(data) - 1)] ^= mask
+    try:
+        check_image(bytes(data), part="img0")
+    except DropError as exc:
+        assert exc.reason in (Reason.TRUNCATED_MEDIA, Reason.CORRUPT_MEDIA)

@@ -12,6 +12,8 @@ import importlib.util
 
 import pytest
 from _cut_media import cut_offsets, end_of_packets, pyav_frames, videos
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vlmpack_offline.media import check_container, check_packets, probe_video
 from vlmpack_offline.media.video_integrity import PacketSpan, tolerance
@@ -111,3 +113,20 @@ def test_the_tolerance_is_half_a_frame_and_a_lost_frame_exceeds_it():
     assert caught.value.reason is Reason.TRUNCATED_MEDIA
     check_packets(PacketSpan(packets=1000, end=0.999, interval=0.001, claimed_end=1.0, claimed_packets=None,
                              last_cut=False))  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(cut=st.floats(0.0, 1.0), flips=st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(1, 255)), max_size=4),
+       which=st.integers(0, 6))  # fmt: skip
+def test_the_container_walk_on_damage_of_any_kind_drops_or_passes_never_crashes(clips, cut, flips, which):
+    """Cut anywhere and bytes flipped anywhere (a box size, an EBML width byte, a RIFF size): the walk returns or
+    raises DropError, nothing else."""
+    whole = clips[sorted(clips)[which]]
+    data = bytearray(whole[: max(1, int(len(whole) * cut))])
+    for where, mask in flips:
+        data[min(int(where * len(data)), len(data) - 1)] ^= mask
+    try:
+        check_container(bytes(data), part="v")
+    except DropError as exc:
+        assert exc.reason in (Reason.TRUNCATED_MEDIA, Reason.CORRUPT_MEDIA)
+
