@@ -12,9 +12,10 @@ Automodel's own ``neat_packed_vlm_collater`` as ``collate_fn``. Only the dataset
 being the pack data-parallel rank ``i % W`` reads, and ``AutomodelAdapter.pack`` turns each pack
 into the dict Automodel's ``_build_packed_vlm_sample`` makes (each sub-sample shifted).
 
-The step is Automodel's: ``labels`` popped, the rest through ``filter_forward_kwargs`` into the
-model, ``MaskedCrossEntropy`` on logits against the already-shifted labels (no shift), summed and
-divided by the scored tokens. The model is a tiny random one of the dataset's family (CPU-sized).
+The step is Automodel's (``recipes/vlm/finetune.py``): ``labels`` popped, the rest through
+``filter_forward_kwargs`` into the model, ``MaskedCrossEntropy`` on logits against the
+already-shifted labels (no shift), summed and divided by the scored tokens of the whole optimizer
+step (all its micro-batches). The model is a tiny random one of the dataset's family (CPU-sized).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def dataloader(packed_wds_dir: Path, adapter: AutomodelAdapter, *, batch_size: i
 def train(packed_wds_dir: Path, processor_dir: Path | None, *, epochs: int, batch_size: int, grad_accum: int,
           num_workers: int) -> list[float]:
     from nemo_automodel.components.loss.masked_ce import MaskedCrossEntropy
-    from nemo_automodel.components.loss.utils import calculate_loss
+    from nemo_automodel.components.loss.utils import _count_label_tokens, calculate_loss
     from nemo_automodel.components.utils.model_utils import filter_forward_kwargs
     from transformers import AutoTokenizer
 
@@ -68,20 +69,28 @@ def train(packed_wds_dir: Path, processor_dir: Path | None, *, epochs: int, batc
     losses = []
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)  # what Automodel's StepScheduler.set_epoch does
+        step = []
         for index, batch in enumerate(loader):
-            labels = batch.pop("labels")  # [B, S], already shifted per sub-sample
-            n_label_tokens = int((labels != -100).sum())  # Automodel counts the whole step's; one micro-batch here
-            out = model(**filter_forward_kwargs(model, batch))
-            # no shift: logits[:, t] is scored against labels[:, t]
-            loss = calculate_loss(loss_fn, logits=out.logits, labels=labels, num_label_tokens=n_label_tokens)
-            (loss / grad_accum).backward()
-            if (index + 1) % grad_accum == 0:
-                optimizer.step()
-                optimizer.zero_grad()
-            losses.append(loss.item())
+            step.append(batch)
+            if len(step) < grad_accum:
+                continue
+            # Automodel's _run_train_optim_step: the scored tokens of the step's micro-batches (labels already
+            # shifted, pads -100); under data parallelism it also sums them over the ranks (_dp_allreduce)
+            n_label_tokens = sum(_count_label_tokens(micro["labels"], loss_fn.ignore_index) for micro in step)
+            for micro in step:
+                labels = micro.pop("labels")  # [B, S], already shifted per sub-sample
+                out = model(**filter_forward_kwargs(model, micro))
+                # no shift: logits[:, t] is scored against labels[:, t]
+                loss = calculate_loss(loss_fn, logits=out.logits, labels=labels, num_label_tokens=n_label_tokens)
+                loss.backward()  # the step's loss is the sum of its micro-batches' losses
+                losses.append(loss.item())
+            optimizer.step()
+            optimizer.zero_grad()
             images = batch.get("n_images_per_sample", torch.zeros(labels.shape[0], dtype=torch.long)).tolist()
             print(f"epoch {epoch} batch {index}: input_ids {list(batch['input_ids'].shape)}, images per pack "
-                  f"{images}, scored tokens {n_label_tokens}, loss={loss.item():.4f}", flush=True)  # fmt: skip
+                  f"{images}, scored tokens in the step {n_label_tokens}, loss={sum(losses[-len(step):]):.4f}",
+                  flush=True)  # fmt: skip
+            step = []
     return losses
 
 

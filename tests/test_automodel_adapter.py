@@ -5,7 +5,9 @@ the loader; every pack's sub-samples are also encoded one by one, as Automodel t
 fed through Automodel's own functions: ``_compute_mrope_position_ids`` with the HF model's own
 ``get_rope_index``, ``_shift_sample``, ``_build_packed_vlm_sample``, then ``neat_packed_vlm_collater`` /
 ``packed_sequence_thd_vlm_collater``. The adapter's batch must equal that field by field; Automodel's
-mask and THD helpers run on it; the HF model's logits on it give each sample's own loss.
+mask and THD helpers run on it; the HF model's logits on it give each sample's own loss. And
+Automodel's own step normalisation on the adapter's batches (two ranks, two micro-batches) has the
+gradient of the same samples trained unpacked by plain transformers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from _real_packs import build_packed
+from _uneven_model import trainable, uneven_model
 from torch.utils.data import DataLoader, DistributedSampler
 
 from vlmpack_offline.errors import ConfigError
@@ -204,3 +207,72 @@ def test_the_sampler_hands_each_epoch_to_the_packs(packed):
         PackSequenceSampler(sequence, num_replicas=4, rank=0)
     with pytest.raises(ConfigError, match="shuffle=True would undo"):
         PackSequenceSampler(sequence, num_replicas=2, rank=0, shuffle=True)
+
+
+@pytest.mark.slow
+def test_automodels_step_loss_on_the_batches_has_the_gradient_of_the_samples_trained_unpacked(tmp_path,
+                                                                                             qwen25_processor_dir):
+    """Automodel's VLM step (``recipes/vlm/finetune.py``: ``_run_train_optim_step``, ``_forward_backward_step``):
+    the step's scored tokens counted by ``_count_label_tokens`` over its micro-batches and summed over the
+    data-parallel ranks (``_dp_allreduce``), each micro-batch's ``MaskedCrossEntropy`` sum divided by that count
+    (``calculate_loss``), ``local_loss * dp_size`` backpropagated and the ranks' gradients averaged (FSDP / DDP).
+    Two ranks of two micro-batches, in one process. Oracle: every sub-sample alone through the HF model, its own
+    loss, weighted by its scored tokens over the step's; pixels through bfloat16 as Automodel's collater casts
+    them. Gradient within 1e-5 (norm and every weight), on a model whose token losses differ."""
+    from nemo_automodel.components.loss.masked_ce import MaskedCrossEntropy
+    from nemo_automodel.components.loss.utils import _count_label_tokens, calculate_loss
+    from nemo_automodel.components.utils.model_utils import filter_forward_kwargs
+
+    world, micro_batches, tolerance = 2, 2, 1e-5
+    generate_dataset(tmp_path / "src", seed=21, n_shards=2, samples_per_shard=24, include_faults=False)
+    packed = build_packed(tmp_path, tmp_path / "src", qwen25_processor_dir, capacity=768,
+                          scan={"max_drop_ratio": 1.0}).packed_wds_dir  # fmt: skip
+    encoder = PackEncoder.from_packed_dir(packed)
+    adapter = AutomodelAdapter(encoder)
+    sequence = PackSequence(packed, encoder, world_size=world, micro_batches_per_step=micro_batches)
+    items = range(world * micro_batches)  # item k * W + r: rank r's k-th micro-batch
+    batches = [adapter(sequence[i]) for i in items]
+    model = uneven_model("qwen2_5_vl").train()
+
+    step_tokens = sum(_count_label_tokens(batch["labels"], -100) for batch in batches)  # all ranks' (all-reduce)
+    model.zero_grad()
+    for batch in batches:
+        labels = batch.pop("labels")
+        out = model(**filter_forward_kwargs(model, batch))
+        local_loss = calculate_loss(MaskedCrossEntropy(), logits=out.logits, labels=labels,
+                                    num_label_tokens=step_tokens)  # fmt: skip
+        (local_loss * world).backward()
+    got = {name: p.grad / world for name, p in trainable(model).items()}  # the ranks' gradients averaged
+
+    model.zero_grad()
+    per_pack = []  # (its scored tokens, its share of the oracle's gradient)
+    for i in items:
+        cooked = sequence.packs.packs.read(sequence.pack_index(i))
+        before = {name: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                  for name, p in trainable(model).items()}  # fmt: skip
+        tokens = 0
+        for sub in cooked.pack.samples:
+            single = encoder.encode(PackedSample(pack_id=0, capacity=1 << 20, split="train", samples=(sub,)),
+                                    cooked.media)  # fmt: skip
+            n = int((single.labels[0, 1:] != -100).sum())
+            if not n:
+                continue
+            vision = {k: v.to(torch.bfloat16) if k.startswith("pixel_values") else v for k, v in single.vision.items()}
+            loss = model(input_ids=single.input_ids, labels=single.labels,
+                         mm_token_type_ids=encoder.rope.mm_token_type_ids(single.input_ids), **vision).loss
+            (loss * n / step_tokens).backward()
+            tokens += n
+        per_pack.append((tokens, {name: p.grad - before[name] for name, p in trainable(model).items()}))
+    assert sum(n for n, _ in per_pack) == step_tokens  # the same scored tokens, one for one
+    want = {name: p.grad for name, p in trainable(model).items()}
+
+    def norm(grad) -> float:
+        return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grad.values())))
+
+    scale = norm(want)
+    assert abs(norm(got) - scale) < tolerance * scale
+    for name, g in want.items():  # a weight with a float-noise gradient (zero in exact arithmetic): 1e-4 of the whole
+        assert norm({name: got[name] - g}) <= tolerance * max(norm({name: g}), 1e-4 * scale), name
+    # the test can fail: each micro-batch normalised by its own tokens, then averaged, is measurably off
+    wrong = {name: sum(share[name] * step_tokens / n for n, share in per_pack) / len(per_pack) for name in want}
+    assert norm({name: wrong[name] - want[name] for name in want}) > 100 * tolerance * scale

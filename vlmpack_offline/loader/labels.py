@@ -44,13 +44,14 @@ def sub_sample_loss_weights(labels: torch.Tensor) -> torch.Tensor:
     return counted.float() / n if n else torch.zeros(labels.shape, dtype=torch.float32)
 
 
-def weighted_loss_sum(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def weighted_loss_sum(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """``sum(token_loss * weight)`` over a pack, with HF's shift (``logits[t]`` scores ``labels[t + 1]``):
-    divided by ``scored_segments`` it is the mean over sub-samples of each one's mean token loss."""
+    divided by ``scored_segments`` it is the mean over sub-samples of each one's mean token loss.
+    ``weights=None``: every scored token weighs 1 (the summed token loss, for a per-token mean)."""
     token_loss = torch.nn.functional.cross_entropy(
         logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
-    return (token_loss * weights[:, 1:].flatten()).sum()
+    return token_loss.sum() if weights is None else (token_loss * weights[:, 1:].flatten()).sum()
 
 
 def scored_segments(labels: torch.Tensor, cu_seqlens: torch.Tensor) -> int:

@@ -24,16 +24,26 @@ What each part does, and why:
     restarting per sub-sample), labels unshifted (the model's loss shifts them; each sub-sample's first
     label is -100, so no token predicts the next sub-sample).
 
-Loss normalisation (``loss=``)
-    ``"token"``: the model's own loss with the Trainer's ``num_items_in_batch``: the sum of token losses
-    over the scored tokens of the optimizer step, all ranks and micro-batches. ``"sample"`` (default):
-    every sub-sample's mean token loss, averaged over the sub-samples of the step (all ranks and
-    micro-batches), so a long answer does not outweigh many short ones. It needs ``PackedTrainer``
-    (it counts sub-samples where the Trainer counts tokens); a plain ``Trainer`` refuses it at the first step.
+Loss normalisation (``loss=``), both computed by ``PackedTrainerMixin`` over the optimizer step
+    ``"token"``: the summed token loss over the scored tokens of the step (all ranks and micro-batches)
+    divided by their count: the loss of the same samples trained unpacked. ``"sample"`` (default):
+    every sub-sample's mean token loss, averaged over the sub-samples of the step, so a long answer
+    does not outweigh many short ones. ``get_batch_samples`` counts the step's normaliser (scored
+    tokens after the shift, or scored sub-samples) and sums it over the ranks; ``compute_loss`` divides
+    each micro-batch's summed loss by it, times the world size (DDP averages gradients over ranks),
+    and sets ``loss_is_scaled_for_ga``. Not the Trainer's ``num_items_in_batch``: ``Trainer.compute_loss``
+    hands that to the model only when ``model_accepts_loss_kwargs``, and many VLM classes set
+    ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL, GLM-4V, ...): each pack would take its own
+    token mean, then the Trainer divide by ``gradient_accumulation_steps``. Under TRL's ``SFTTrainer``,
+    ``"token"`` is TRL's own loss (its fused LM head) given the mixin's count. A plain ``Trainer``
+    normalises ``"token"`` right only for a model that takes its loss kwargs, with
+    ``average_tokens_across_devices``: ``for_packed_dir(model=...)`` checks it (``_plain_trainer_refusal``)
+    and the first pack refuses otherwise, as it refuses ``"sample"``.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,32 +55,43 @@ from ...errors import ConfigError
 from ...optional import require
 from ..batch import PackBatch
 from ..encoder import EncoderOptions, PackEncoder
-from ..labels import scored_segments, weighted_loss_sum
+from ..labels import IGNORE_INDEX, scored_segments, weighted_loss_sum
 from ..sequence import PackSequence
 from .base import Adapter, check_model_family
 
 __all__ = ["TrainerAdapter", "TrainerPackDataset", "TrainerPacks", "PackedTrainerMixin",
-           "LOSS_WEIGHTS", "LOSS_SAMPLES"]
+           "LOSS_WEIGHTS", "LOSS_SAMPLES", "STEP_COUNT"]
 
 Loss = Literal["sample", "token"]
 LOSS_WEIGHTS = "vlmpack_loss_weights"  # [1, S] float: 1/n_scored of its sub-sample (per-sample loss only)
 LOSS_SAMPLES = "vlmpack_loss_samples"  # long 0-d: sub-samples with a scored token in this micro-batch
+STEP_COUNT = "vlmpack_step_count"  # set by PackedTrainerMixin.get_batch_samples: the step's normaliser, all ranks
+
+_SAMPLE_LOSS_REFUSAL = (
+    "these packs carry per-sample loss weights (loss='sample'), which a plain Trainer would pass to "
+    "the model and ignore: train with PackedTrainer (or PackedTrainerMixin before your Trainer class), "
+    "or build the packs with loss='token'"
+)
+_UNCHECKED_TOKEN_LOSS = (
+    "loss='token' with a plain Trainer is exact only for a model that takes the Trainer's token count "
+    "(num_items_in_batch): pass model= to TrainerPacks.for_packed_dir so it can check, or train with "
+    "PackedTrainer (or PackedTrainerMixin before your Trainer class), which is exact for any model"
+)
 
 
 class TrainerPackDataset(PackSequence):
-    """``PackSequence`` that refuses per-sample loss weights unless ``PackedTrainerMixin`` reads it (module doc)."""
+    """``PackSequence`` that refuses a plain Trainer where it would train another loss (module doc)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.read_by_packed_trainer = False  # set by PackedTrainerMixin: it keeps the order, counts sub-samples
+        self.read_by_packed_trainer = False  # set by PackedTrainerMixin: it keeps the order, normalises the loss
+        # why a plain Trainer would not train the loss asked for (None: it would); for_packed_dir checks the model
+        self.plain_trainer_refusal: str | None = (_SAMPLE_LOSS_REFUSAL if self.packs.encoder.options.loss_weights
+                                                  else _UNCHECKED_TOKEN_LOSS)  # fmt: skip
 
     def __getitem__(self, i: int) -> PackBatch:
-        if self.packs.encoder.options.loss_weights and not self.read_by_packed_trainer:
-            raise ConfigError(
-                "these packs carry per-sample loss weights (loss='sample'), which a plain Trainer would pass to "
-                "the model and ignore: train with PackedTrainer (or PackedTrainerMixin before your Trainer class), "
-                "or build the packs with loss='token'"
-            )
+        if self.plain_trainer_refusal is not None and not self.read_by_packed_trainer:
+            raise ConfigError(self.plain_trainer_refusal)
         return super().__getitem__(i)
 
 
@@ -145,11 +166,14 @@ class TrainerPacks:
             micro_batches_per_step=args.gradient_accumulation_steps,
             seed=args.seed if seed is None else seed, follow_plan=follow_plan,
         )  # fmt: skip
+        if loss == "token" and model is not None:
+            dataset.plain_trainer_refusal = _plain_trainer_refusal(model, args)
         return cls(dataset, TrainerAdapter(attn_implementation=attn_implementation or "sdpa", loss=loss))
 
 
 class PackedTrainerMixin:
-    """Mix in before ``transformers.Trainer`` or ``trl.SFTTrainer``: keeps the packs' order, adds the per-sample loss.
+    """Mix in before ``transformers.Trainer`` or ``trl.SFTTrainer``: keeps the packs' order, normalises both losses
+    over the optimizer step (module doc).
 
     ``class PackedSFTTrainer(PackedTrainerMixin, SFTTrainer): pass``
     """
@@ -177,38 +201,83 @@ class PackedTrainerMixin:
         return super()._get_train_sampler(train_dataset)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """The Trainer's own, then for the per-sample loss: the step's sub-samples over all ranks, not its tokens."""
+        """The Trainer's own, then the step's normaliser over all ranks (scored tokens, or scored sub-samples
+        for ``loss="sample"``), handed to each micro-batch as ``STEP_COUNT``."""
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if batch_samples and LOSS_SAMPLES in batch_samples[0]:
-            count = sum(batch.pop(LOSS_SAMPLES) for batch in batch_samples).to(device)
+        if batch_samples and isinstance(self.train_dataset, TrainerPackDataset):
+            count = sum(_normaliser(batch) for batch in batch_samples).to(device)
             if self.args.world_size > 1:
                 count = self.accelerator.gather(count[None]).sum()
+            for batch in batch_samples:
+                batch[STEP_COUNT] = count
             num_items = count
         return batch_samples, num_items
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if LOSS_WEIGHTS not in inputs:
+        step_count = inputs.pop(STEP_COUNT, None)  # a training micro-batch of packs (get_batch_samples)
+        weights = inputs.pop(LOSS_WEIGHTS, None)  # loss="sample"
+        own_samples = inputs.pop(LOSS_SAMPLES, None)  # still here outside training (evaluation)
+        if step_count is None and weights is None:  # not packs, or loss="token" in evaluation: the Trainer's own
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)  # fmt: skip
-        weights, labels = inputs.pop(LOSS_WEIGHTS), inputs.pop("labels")
-        # still here when the batch did not come through get_batch_samples (evaluation, where the Trainer
-        # counts the batch's tokens): normalise over this batch's own sub-samples then
-        samples = inputs.pop(LOSS_SAMPLES, None)
+        if step_count is None:  # evaluation with the per-sample loss: this pack's own sub-samples
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            loss = weighted_loss_sum(outputs.logits, labels, weights) / max(1, int(own_samples))
+            return (loss, outputs) if return_outputs else loss
+        self.loss_is_scaled_for_ga = True  # normalised over the whole accumulated step, as training_step reads it
+        ranks = self.args.world_size  # DDP averages the gradients over the ranks; the count spans them
+        if weights is None and _is_trl_sft_trainer(type(self)):
+            # TRL's token loss (its fused LM head) divides by the num_items_in_batch it is given and multiplies
+            # by the ranks when average_tokens_across_devices (trl/trainer/sft_trainer.py: compute_loss)
+            result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=step_count)
+            if self.args.average_tokens_across_devices or ranks == 1:
+                return result
+            return (result[0] * ranks, result[1]) if return_outputs else result * ranks
+        labels = inputs.pop("labels")
         outputs = model(**inputs)
-        total = weighted_loss_sum(outputs.logits, labels, weights)
-        if samples is not None:
-            loss = total / max(1, int(samples))
-        else:
-            loss = total / num_items_in_batch
-            if self.args.world_size > 1:  # DDP averages gradients over ranks; the count already spans them
-                loss = loss * self.args.world_size
-        self.loss_is_scaled_for_ga = True  # normalised over the whole accumulated step
+        loss = weighted_loss_sum(outputs.logits, labels, weights) / step_count * ranks
         return (loss, outputs) if return_outputs else loss
+
+
+def _normaliser(batch: dict[str, Any]) -> torch.Tensor:
+    """What one micro-batch adds to the step's normaliser: its scored sub-samples (``loss="sample"``, counted by
+    the collator) or its scored tokens after the shift (``logits[t]`` scores ``labels[t + 1]``)."""
+    if LOSS_SAMPLES in batch:
+        return batch.pop(LOSS_SAMPLES)
+    return (batch["labels"][..., 1:] != IGNORE_INDEX).sum()
+
+
+def _plain_trainer_refusal(model: Any, args: Any) -> str | None:
+    """Why a plain ``Trainer`` would not normalise ``loss="token"`` over the step's tokens (None: it would).
+
+    transformers' ``Trainer`` counts the step's tokens over all ranks only for a model that takes its loss
+    kwargs (``trainer.py``: ``accepts_loss_kwargs`` where the class sets it, else a ``**kwargs`` in ``forward``),
+    and over all ranks only with ``average_tokens_across_devices``."""
+    takes = getattr(model, "accepts_loss_kwargs", None)
+    if takes is None:
+        parameters = inspect.signature(model.forward).parameters.values()
+        takes = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    fix = "train with PackedTrainer (or PackedTrainerMixin before your Trainer class), which is exact for any model"
+    if not takes:
+        return (f"loss='token' with a plain Trainer: {type(model).__name__} sets accepts_loss_kwargs=False, so "
+                "transformers' Trainer does not hand it the step's token count (num_items_in_batch); each pack "
+                f"would take its own token mean and the Trainer divide by gradient_accumulation_steps: {fix}")  # fmt: skip
+    if args.world_size > 1 and not args.average_tokens_across_devices:
+        return ("loss='token' with a plain Trainer and average_tokens_across_devices=False: each rank would divide "
+                f"by its own tokens; set it to True (the default), or {fix}")
+    return None
 
 
 def _takes_only_hf_datasets(trainer_class: type) -> bool:
     """TRL's trainers (``SFTTrainer``) refuse a torch dataset; transformers' ``Trainer`` takes any."""
     return any(cls.__module__.split(".")[0] == "trl" for cls in trainer_class.__mro__)
+
+
+def _is_trl_sft_trainer(trainer_class: type) -> bool:
+    """TRL's ``SFTTrainer`` computes its own token loss (fused LM head), normalised by the count it is given."""
+    return any(cls.__module__ == "trl.trainer.sft_trainer" and cls.__name__ == "SFTTrainer"
+               for cls in trainer_class.__mro__)  # fmt: skip
 
 
 def _check_dataset_against_args(dataset: TrainerPackDataset, args: Any) -> None:
