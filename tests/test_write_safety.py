@@ -146,11 +146,12 @@ def test_check_sources_sha256_catches_a_source_edited_in_place_with_size_and_mti
     from vlmpack_offline.synthetic.shards import generate_dataset
 
     (shard,) = generate_dataset(tmp_path / "src", seed=3, n_shards=1, samples_per_shard=8, include_faults=False)
-    config = make_config(wds_dir=tmp_path / "src", write={"check_sources": "sha256"})
+    # seed 3 generates one sample over the default capacity: an overlong drop, not this test's point
+    config = make_config(wds_dir=tmp_path / "src", write={"check_sources": "sha256"}, scan={"max_drop_ratio": 1.0})
     raw = {"data": {"wds_dir": str(tmp_path / "src"), "work_dir": str(config.work_dir),
                     "packed_wds_dir": str(config.packed_wds_dir)},
            "model": {"processor_kwargs": dict(config.model.processor_kwargs)},
-           "write": {"check_sources": "sha256"}}  # fmt: skip
+           "write": {"check_sources": "sha256"}, "scan": {"max_drop_ratio": 1.0}}  # fmt: skip
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
 
     def cli(stage: str) -> subprocess.CompletedProcess:
