@@ -2,15 +2,15 @@
 
 Runs inside a worker process (one counter, so one tokenizer, per process)::
 
-    tar ─ iter_samples ─► RawSample ─ parse JSON ─► Conversation ─ probe media ─► MediaInfo
-                                                                     │
-                                 count_many (batched tokenizer) ◄────┘ ─► token_len ─► ok
+    tar ─ iter_samples ─► RawSample ─ parse JSON ─► Conversation ─ check + probe media ─► MediaInfo
+                                                                           │
+                                 count_many (batched tokenizer) ◄──────────┘ ─► token_len ─► ok
 
-Every media part is checked whole by its own structure (``media/integrity.py``: a JPEG to its end-of-image
-marker, PNG chunks and their CRCs to IEND, ...; ``media/video_integrity.py``: a video container's sizes, its
-packets against the duration and frame count its header claims), so a
-file cut after its header is a ``truncated_media`` drop here, not a failure in a training worker; ``scan.decode_check``
-adds a full decode.
+Every media part is checked whole by its own structure before its probe (``media/integrity.py``: a JPEG to
+its end-of-image marker, PNG chunks and their CRCs to IEND, ...; ``media/video_integrity.py``: a video
+container's sizes), and a video's packets after it against the duration and frame count its header claims:
+a file cut after its header is a ``truncated_media`` drop here, not a failure in a training worker.
+``scan.decode_check`` adds a full decode.
 
 A sample that fails at any step keeps its member locators and gets its drop
 reason and error text; the shard goes on. An error nobody foresaw (any exception
