@@ -9,7 +9,8 @@ chunks; the rest are a few Python steps per chunk). A walk that runs off the end
 
     JPEG  SOI  segments skipped by length (APPn: an EXIF thumbnail's own FFD9 stays inside)  SOS
           entropy-coded data (FF00 stuffing, FFD0-D7 restarts)  [DHT/SOS ... more scans: progressive]
-          EOI (FFD9): the image ends; bytes after it (padding, an MPO's next image) are not read
+          EOI (FFD9): the image ends; bytes after it (padding, trailers) are not read, but an MPO's
+          further images are, each from where its index (APP2 "MPF") places it
     PNG   signature  IHDR  ...chunks: length, type, data, CRC-32 (each checked)...  IEND  (APNG: same chunks)
     WebP  RIFF <size> WEBP  chunks (fourcc, size, data padded to even) inside the RIFF size, which the file holds
     GIF   header  screen descriptor  [colour table]  blocks: extension / image (sub-blocks to a 0) ...  trailer 3B
@@ -37,10 +38,12 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def cut_error(part: str, fmt: str, what: str, size: int) -> DropError:
+    """``truncated_media``: the walk of ``part`` (a ``fmt`` file of ``size`` bytes) ran off its end at ``what``."""
     return DropError(Reason.TRUNCATED_MEDIA, f"{part}: {fmt} cut short: {what} ({size} bytes)")
 
 
 def corrupt_error(part: str, fmt: str, what: str) -> DropError:
+    """``corrupt_media``: ``part`` holds ``what``, which no ``fmt`` file has."""
     return DropError(Reason.CORRUPT_MEDIA, f"{part}: not a valid {fmt}: {what}")
 
 
