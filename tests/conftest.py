@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import av  # noqa: F401 - before any test imports decord (media/video_meta.py says why)
 import pytest
 
 from vlmpack_offline.config import Config, config_from_dict

@@ -121,6 +121,9 @@ def _first_line(exc: Exception) -> str:
 
 
 def decord_reader(data: bytes):
+    # PyAV first: decord loads its own, older FFmpeg with RTLD_GLOBAL, and a PyAV loaded after it binds to
+    # those libraries' symbols (its VP8 encoder then fails to open); loaded before, PyAV keeps its own
+    import av  # noqa: F401
     import decord  # imported late: importing it is slow and scan workers may not see videos at all
 
     decord.logging.set_level(decord.logging.QUIET)  # its FFmpeg's complaints; a failure is raised and recorded
