@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 from _real_packs import build_packed
+from _text_pack import text_pack
 from torch.utils.data import DataLoader
 
 from vlmpack_offline.config import Config
 from vlmpack_offline.errors import ConfigError
-from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder, VisionInputs
+from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder
 from vlmpack_offline.loader.adapters import MegatronAdapter, cp_partition_indices, cp_slice, packed_seq_params
 from vlmpack_offline.loader.adapters.megatron import core_thd_inputs
 from vlmpack_offline.loader.adapters.megatron_stream import MegatronPackStream
@@ -70,23 +71,9 @@ def aligned(tmp_path_factory, source, qwen25_processor_dir) -> Packed:
     return Packed(config=config, directory=config.packed_wds_dir, batches=batches)
 
 
-def _text_batch(lengths: list[int]) -> PackBatch:
-    """A hand-made text pack: token ids 1.., every token after a sub-sample's first one scored."""
-    total = sum(lengths)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    ids = torch.arange(1, total + 1)[None]
-    labels = ids.clone()
-    labels[0, cu[:-1].long()] = -100
-    positions = torch.cat([torch.arange(n) for n in lengths])[None]
-    return PackBatch(pack_id=7, sample_ids=tuple(f"s{i}" for i in range(len(lengths))), input_ids=ids,
-                     labels=labels, position_ids=positions, cu_seqlens=cu, max_seqlen=max(lengths),
-                     vision=VisionInputs(), n_images_per_sample=torch.zeros(len(lengths), dtype=torch.long),
-                     n_videos_per_sample=torch.zeros(len(lengths), dtype=torch.long))
-
-
 def test_megatron_bridges_golden_case():
     # Megatron-Bridge tests/unit_tests/models/qwen_vl/data/test_energon.py: lengths [5, 4], multiple 4
-    batch = MegatronAdapter(Alignment(context_parallel_size=2))(_text_batch([5, 4]))
+    batch = MegatronAdapter(Alignment(context_parallel_size=2))(text_pack([5, 4]))
     assert batch["input_ids"].shape == (1, 12) and batch["total_tokens"] == 12
     assert batch["cu_seqlens_q"].tolist() == [0, 5, 9] and batch["cu_seqlens_q_padded"].tolist() == [0, 8, 12]
     assert int(batch["max_seqlen_q"]) == 8
@@ -106,7 +93,7 @@ def test_megatron_bridges_golden_case():
 
 
 def test_packed_seq_params_is_megatron_cores_own():
-    batch = MegatronAdapter(Alignment(context_parallel_size=2))(_text_batch([5, 4]))
+    batch = MegatronAdapter(Alignment(context_parallel_size=2))(text_pack([5, 4]))
     params = packed_seq_params(batch)
     assert isinstance(params, PackedSeqParams) and params.qkv_format == "thd"
     # megatron-core builds the same parameters from the same boundaries (cp_size 1: no TE needed)
@@ -214,7 +201,7 @@ def test_data_not_aligned_for_the_job_is_refused_naming_both_layouts(aligned, so
 
 def test_one_pack_is_one_micro_batch():
     adapter = MegatronAdapter(Alignment(context_parallel_size=2))
-    batch = _text_batch([5, 4])
+    batch = text_pack([5, 4])
     assert torch.equal(adapter([batch])["tokens"], adapter(batch)["tokens"])
     with pytest.raises(ValueError, match=r"2 packs to one micro-batch.*batch_size=None"):
         adapter([batch, batch])
@@ -248,13 +235,13 @@ def test_energon_stream_is_endless_and_resumes_where_it_stopped(aligned):
 
 def test_without_megatron_core_one_line_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core.packed_seq_params", None)
-    batch = MegatronAdapter()(_text_batch([3]))
+    batch = MegatronAdapter()(text_pack([3]))
     with pytest.raises(ConfigError, match=r"pip install 'vlmpack-offline\[megatron\]'"):
         packed_seq_params(batch)
 
 
 def test_per_sample_loss_weights_travel_as_the_loss_mask():
-    batch = _text_batch([3, 2])  # scored tokens: 2 in the first sub-sample, 1 in the second
+    batch = text_pack([3, 2])  # scored tokens: 2 in the first sub-sample, 1 in the second
     weights = torch.tensor([[0.0, 0.5, 0.5, 0.0, 1.0]])  # 1 / n_label_tokens of each sub-sample, at its labels
     out = MegatronAdapter()(dataclasses.replace(batch, loss_weights=weights))
     assert out["loss_mask"][0].tolist() == [0.5, 0.5, 0.0, 1.0, 0.0]  # shifted with the labels

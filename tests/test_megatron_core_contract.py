@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import torch
 from _real_packs import build_packed
+from _text_pack import text_pack
 
-from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder, VisionInputs
+from vlmpack_offline.loader import PackBatch, PackDataset, PackEncoder
 from vlmpack_offline.loader.adapters.megatron import (
     HOST_FIELDS,
     MegatronAdapter,
@@ -71,19 +72,6 @@ def packs(packed_dir) -> list[PackBatch]:
     return packs
 
 
-def _text_batch(lengths: list[int]) -> PackBatch:
-    """A hand-made text pack: token ids 1.., every token after a sub-sample's first one scored."""
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    ids = torch.arange(1, sum(lengths) + 1)[None]
-    labels = ids.clone()
-    labels[0, cu[:-1].long()] = -100
-    positions = torch.cat([torch.arange(n) for n in lengths])[None]
-    return PackBatch(pack_id=0, sample_ids=tuple(f"s{i}" for i in range(len(lengths))), input_ids=ids,
-                     labels=labels, position_ids=positions, cu_seqlens=cu, max_seqlen=max(lengths),
-                     vision=VisionInputs(), n_images_per_sample=torch.zeros(len(lengths), dtype=torch.long),
-                     n_videos_per_sample=torch.zeros(len(lengths), dtype=torch.long))
-
-
 def _core_slice(batch: dict, cp: int, rank: int) -> tuple[dict, PackedSeqParams]:
     """megatron-core's slicer, called unchanged on the documented conversion, and the batch put back together."""
     core = core_thd_inputs(batch)
@@ -94,7 +82,7 @@ def _core_slice(batch: dict, cp: int, rank: int) -> tuple[dict, PackedSeqParams]
 
 def test_megatron_cores_slicer_takes_the_conversion_of_a_hand_checked_pack():
     # lengths [5, 4] padded for cp 2 to [8, 4]: ids 1..5 0 0 0 | 6..9; 2 * cp = 4 chunks of 2 and of 1
-    batch = MegatronAdapter(Alignment(context_parallel_size=2))(_text_batch([5, 4]))
+    batch = MegatronAdapter(Alignment(context_parallel_size=2))(text_pack([5, 4]))
     core = core_thd_inputs(batch)
     assert core.max_seqlen.shape == (1,) and core.max_seqlen.tolist() == [8]  # what the function reads as [0]
     assert list(core.batch) == ["tokens", "labels", "loss_mask", "attention_mask", "position_ids"]
