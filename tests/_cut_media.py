@@ -74,6 +74,15 @@ def cut_offsets(size: int, *, spread: int = 120) -> list[int]:
     return sorted(edges | set(range(64, size, max(1, size // spread))))
 
 
+def damaged(whole: bytes, cut: float, flips: list[tuple[float, int]]) -> bytes:
+    """``whole`` cut to the share ``cut`` of its bytes (one byte at least), then each ``(where, mask)`` XORed into
+    the byte at share ``where`` of what is left: a fuzzer's damage, in the terms hypothesis draws."""
+    data = bytearray(whole[: max(1, int(len(whole) * cut))])
+    for where, mask in flips:
+        data[min(int(where * len(data)), len(data) - 1)] ^= mask
+    return bytes(data)
+
+
 def pil_decodes(data: bytes) -> list[bytes] | None:
     """PIL's full decode, every frame, truncated images refused (its default): each frame's pixels, or None."""
     assert not ImageFile.LOAD_TRUNCATED_IMAGES
