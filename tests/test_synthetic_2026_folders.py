@@ -1,0 +1,171 @@
+"""The offline processor folders of this year's model types load as their real processors and round-trip.
+
+Each ``synthetic/folder_<type>.py`` declares the published (or, where unknown, the class-default) settings it
+writes: ``PROCESSOR_CLASS``, ``PROCESSOR`` (the processor's own attributes), ``IMAGE`` / ``VIDEO`` / ``AUDIO``
+(the sub-processor sections, ``None`` where the processor has none) and ``NAMES`` (tokenizer attribute ->
+token). The oracle is transformers itself:
+
+- core (``.venv``, no torchvision): the folder builds in both layouts, ``AutoConfig`` reads its
+  ``config.json`` (the model type's own config class, the media ids this tokenizer gives), ``AutoTokenizer``
+  reads its tokenizer with every named special token as one id;
+- reference (``.venv-ref``, marked ``torchvision``): ``AutoProcessor`` loads both layouts offline as the
+  real classes with exactly those settings; the real ``save_pretrained`` of the loaded processor writes the
+  transformers5 layout's ``processor_config.json`` and ``chat_template.jinja`` again (key order aside; for a
+  hub folder whose ``preprocessor_config.json`` is shared by the image processor and the audio feature
+  extractor, as Qwen-Omni's are, each saved section also carries the other's keys, which transformers
+  copies, and only those); and a one-image and a one-video conversation go through ``apply_chat_template``
+  and the processor's ``__call__``, the placeholder expanded to more than one media token.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from transformers import AutoConfig, AutoTokenizer
+
+from vlmpack_offline.synthetic.processor_dir import FOLDER_MODULES, build_processor_dir
+
+LAYOUTS = ("hub", "transformers5")
+# model type -> (config class, tokenizer attribute -> config.json key holding its id)
+TYPES = {
+    "gemma4": ("Gemma4Config", {"image_token": "image_token_id", "boi_token": "boi_token_id",
+                                "eoi_token": "eoi_token_id", "audio_token": "audio_token_id"}),
+}  # fmt: skip
+# hub layouts whose preprocessor_config.json the image processor and the feature extractor share
+SHARED_PREPROCESSOR = {"gemma4"}
+_SECTIONS = {"image_processor": "IMAGE", "video_processor": "VIDEO", "feature_extractor": "AUDIO"}
+
+
+def _module(model_type: str):
+    return importlib.import_module(f"vlmpack_offline.synthetic.{FOLDER_MODULES[model_type]}")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    return {(model_type, layout): build_processor_dir(tmp_path_factory.mktemp(f"{model_type}_{layout}"), model_type,
+                                                      layout=layout, video=True)
+            for model_type in TYPES for layout in LAYOUTS}  # fmt: skip
+
+
+def _sections(module) -> dict[str, dict]:
+    """The sub-processor sections the module writes, by processor attribute name."""
+    return {name: getattr(module, attr) for name, attr in _SECTIONS.items() if getattr(module, attr, None) is not None}
+
+
+# --- core: no torchvision ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_both_layouts_are_written_as_plain_files(folders, model_type):
+    hub, saved = folders[model_type, "hub"], folders[model_type, "transformers5"]
+    assert (hub / "preprocessor_config.json").exists() and (hub / "chat_template.jinja").exists()
+    assert not (saved / "preprocessor_config.json").exists() and not (saved / "video_preprocessor_config.json").exists()
+    module = _module(model_type)
+    written = json.loads((saved / "processor_config.json").read_text())
+    assert written["processor_class"] == module.PROCESSOR_CLASS
+    assert {k: written[k] for k in _sections(module)} == _sections(module)
+    assert (hub / "chat_template.jinja").read_text() == (saved / "chat_template.jinja").read_text() == module.TEMPLATE
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", TYPES)
+def test_config_loads_with_this_tokenizers_media_ids(folders, model_type, layout):
+    folder = folders[model_type, layout]
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    class_name, ids = TYPES[model_type]
+    assert (type(config).__name__, config.model_type) == (class_name, model_type)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    for attribute, key in ids.items():
+        assert getattr(config, key) == tokenizer.convert_tokens_to_ids(getattr(tokenizer, attribute)), key
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", TYPES)
+def test_tokenizer_names_every_special_token(folders, model_type, layout):
+    tokenizer = AutoTokenizer.from_pretrained(folders[model_type, layout], local_files_only=True)
+    module = _module(model_type)
+    for attribute, token in module.NAMES.items():
+        assert getattr(tokenizer, attribute) == token, attribute
+    for token in module.TOKENS:
+        ids = tokenizer(token, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and ids[0] >= 151643, token  # one added token each (the Qwen BPE's own end at 151642)
+    assert tokenizer.chat_template == module.TEMPLATE
+
+
+# --- reference: the real processors (torchvision) ----------------------------------------------------------
+
+
+def _processor(folder: Path):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(folder, local_files_only=True)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", TYPES)
+def test_autoprocessor_loads_the_real_classes_with_the_chosen_settings(folders, model_type, layout):
+    processor = _processor(folders[model_type, layout])
+    module = _module(model_type)
+    assert type(processor).__name__ == module.PROCESSOR_CLASS
+    for name, section in _sections(module).items():
+        part = getattr(processor, name)
+        loaded = json.loads(part.to_json_string())  # what save_pretrained writes: lists, not tuples
+        type_key = next(k for k in section if k.endswith("_type"))
+        assert type(part).__name__ == section[type_key], name
+        assert {k: loaded.get(k) for k in section} == section, name
+    assert {k: getattr(processor, k) for k in module.PROCESSOR} == module.PROCESSOR
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", TYPES)
+def test_save_pretrained_writes_the_transformers5_layout(tmp_path, folders, model_type, layout):
+    _processor(folders[model_type, layout]).save_pretrained(tmp_path)
+    expected_dir = folders[model_type, "transformers5"]
+    saved = json.loads((tmp_path / "processor_config.json").read_text())
+    expected = json.loads((expected_dir / "processor_config.json").read_text())
+    if layout == "hub" and model_type in SHARED_PREPROCESSOR:  # each section copies the other's keys
+        borrowed = {name: set(expected["image_processor"]) | set(expected["feature_extractor"])
+                    for name in ("image_processor", "feature_extractor")}  # fmt: skip
+        for name, keys in borrowed.items():
+            extra = set(saved[name]) - set(expected[name])
+            assert extra <= keys - set(expected[name]), (name, extra)
+            saved[name] = {k: v for k, v in saved[name].items() if k not in extra}
+        if "video_processor" in expected:
+            assert saved["video_processor"] == expected["video_processor"]
+    assert saved == expected
+    assert (tmp_path / "chat_template.jinja").read_text() == (expected_dir / "chat_template.jinja").read_text()
+
+
+def _video():
+    from transformers.video_utils import VideoMetadata
+
+    frames = np.random.default_rng(0).integers(0, 255, (48, 96, 128, 3), dtype=np.uint8)  # 2 s at 24 fps
+    return frames, VideoMetadata(total_num_frames=48, fps=24.0, width=128, height=96, duration=2.0)
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", TYPES)
+def test_one_image_and_one_video_chat_go_through_the_processor(folders, model_type, layout):
+    processor = _processor(folders[model_type, layout])
+    image_conv = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A green field."}]},
+    ]
+    text = processor.apply_chat_template(image_conv, tokenize=False)
+    ids = processor(text=[text], images=[Image.new("RGB", (200, 150), (10, 200, 30))], return_tensors="pt")["input_ids"]
+    assert (ids[0] == processor.image_token_id).sum() > 1
+    if _module(model_type).VIDEO is None:
+        return
+    video_conv = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
+    text = processor.apply_chat_template(video_conv, tokenize=False, add_generation_prompt=True)
+    frames, metadata = _video()
+    out = processor(text=[text], videos=[frames], video_metadata=[metadata], return_tensors="pt")
+    assert (out["input_ids"][0] == processor.video_token_id).sum() > 1
