@@ -38,6 +38,8 @@ TYPES = {
     "glm5_next": ("Glm5NextConfig", {"image_token_id": "<|image|>", "video_token_id": "<|video|>",
                                      "video_start_token_id": "<|begin_of_video|>",
                                      "video_end_token_id": "<|end_of_video|>"}),
+    "molmo2": ("Molmo2Config", {"image_token_id": "<im_patch>", "video_token_id": "<im_patch>",
+                                "image_start_token_id": "<im_start>", "frame_start_token_id": "<frame_start>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4"}
