@@ -40,6 +40,10 @@ TYPES = {
                                      "video_end_token_id": "<|end_of_video|>"}),
     "molmo2": ("Molmo2Config", {"image_token_id": "<im_patch>", "video_token_id": "<im_patch>",
                                 "image_start_token_id": "<im_start>", "frame_start_token_id": "<frame_start>"}),
+    "ernie4_5_vl_moe": ("Ernie4_5_VLMoeConfig", {"image_token_id": "<|IMAGE_PLACEHOLDER|>",
+                                                 "video_token_id": "<|VIDEO_PLACEHOLDER|>",
+                                                 "image_start_token_id": "<|IMAGE_START|>",
+                                                 "video_end_token_id": "<|VIDEO_END|>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4"}
@@ -50,11 +54,22 @@ def _module(model_type: str):
     return importlib.import_module(f"vlmpack_offline.synthetic.{FOLDER_MODULES[model_type]}")
 
 
+class _Folders(dict):
+    """(model type, layout) -> its folder, built on first use (a test selected by ``-k`` builds only its own)."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, key: tuple[str, str]) -> Path:
+        model_type, layout = key
+        self[key] = build_processor_dir(self.root / f"{model_type}_{layout}", model_type, layout=layout, video=True)
+        return self[key]
+
+
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[tuple[str, str], Path]:
-    return {(model_type, layout): build_processor_dir(tmp_path_factory.mktemp(f"{model_type}_{layout}"), model_type,
-                                                      layout=layout, video=True)
-            for model_type in TYPES for layout in LAYOUTS}  # fmt: skip
+def folders(tmp_path_factory) -> _Folders:
+    return _Folders(tmp_path_factory.mktemp("folders_2026"))
 
 
 def _sections(module) -> dict[str, dict]:
