@@ -358,6 +358,10 @@ class TokenCounter:
         learn_all = self.train_on == "all"
         rendered, spans = self.render(conversation, spans=not learn_all)
         spans = _with_turn_ends(rendered, spans, getattr(self.expander.family, "turn_end_tokens", ()))
+        prefix = getattr(self.expander.family, "text_prefix", "")  # the generic path: tokens its processor's call
+        if prefix or getattr(self.expander.family, "text_suffix", ""):  # adds around every text (compact_text too)
+            rendered = f"{prefix}{rendered}{self.expander.family.text_suffix}"
+            spans = [(start + len(prefix), end + len(prefix)) for start, end in spans]
         matches = list(self._pad_re.finditer(rendered))
         pad_kind = {self.expander.special.image_pad: "image", self.expander.special.video_pad: "video"}
         self._check_pads(conversation, [pad_kind[m.group()] for m in matches])

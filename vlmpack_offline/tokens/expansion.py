@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from ..families import Size, SpecialTokens, family_for
+from ..families import Size, SpecialTokens, family_of
 from .media_info import MediaInfo
 from .rules import ModelRules
 
@@ -26,7 +26,7 @@ class Expander:
     def __init__(self, rules: ModelRules, tokenizer) -> None:
         self.rules = rules
         self.tokenizer = tokenizer
-        self.family = family_for(rules.model_type)  # None: text-only counting, no media
+        self.family = family_of(rules)  # None: text-only counting, no media
         self.special = self.family.special_tokens(tokenizer) if self.family else SpecialTokens.of(tokenizer)
         self._text_tokens = lru_cache(maxsize=65536)(self._count_text)
 

@@ -1,11 +1,11 @@
-"""Pick the counter for a config: size arithmetic for Qwen-VL (and text-only), the processor otherwise."""
+"""Pick the counter for a config: size arithmetic (a family module, the generic path, text only), else the processor."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from ..config import Config, VideoConfig
-from ..families import family_for
+from ..families import family_for, family_of
 from ..media.video import VIDEO_MAX_TOKEN_NUM
 from .counter import TokenCounter
 from .rules import ModelRules, load_model_rules, video_fields_read
@@ -18,8 +18,10 @@ def counting_path(rules: ModelRules) -> str:
     if rules.text_only:
         return f"{rules.model_type}: text only (tokenizer; media samples dropped)"
     family = family_for(rules.model_type)
+    if family is None and rules.generic is not None:
+        return f"{rules.model_type}: generic fast path ({rules.generic.proof})"
     if family is None:
-        return f"{rules.model_type}: slow path (HF processor)"
+        return f"{rules.model_type}: slow path (HF processor{'; ' + rules.slow_reason if rules.slow_reason else ''})"
     how = "sizes from headers" if family.name == "qwen-vl" else f"{rules.tokens_per_image} tokens per image"
     if hasattr(family, "describe"):  # a family whose count needs more words (InternVL's tiles)
         how = family.describe(rules)
@@ -30,9 +32,11 @@ def video_sampling(rules: ModelRules) -> str | None:
     """One line with the video settings the count uses, each under its ``video:`` name (``vlmpack scan``
     prints it: a family's own recipe can differ a lot from its HF processor's defaults), or None on the
     slow path and for text only."""
-    family = None if rules.text_only else family_for(rules.model_type)
+    family = None if rules.text_only else family_of(rules)
     if family is None:
         return None
+    if rules.generic is not None and family.takes_video:  # the processor's own rule, whatever video: says
+        return f"videos: {family.frame_rule.describe()}, reader {(rules.video or VideoConfig()).reader}"
     if not family.takes_video:
         return f"videos: dropped as unsupported_media ({family.name} takes no video)"
     video = rules.video or VideoConfig()
@@ -54,6 +58,11 @@ def video_sampling(rules: ModelRules) -> str | None:
 def make_counter(config: Config):
     """``TokenCounter`` (fast) or ``SlowCounter``; both offer ``probe``, ``count_many`` and ``count``."""
     rules = load_model_rules(config.model)
+    if rules.generic is not None and family_for(rules.model_type) is None:  # tokenized as its processor tokenizes
+        family = family_of(rules)
+        tokenizer = family.tokenizer  # the processor's: it may add tokens of its own (Gemma4's <|video|>)
+        tokenizer.chat_template = tokenizer.chat_template or getattr(family.processor, "chat_template", None)
+        return TokenCounter(rules, tokenizer, config.video, config.loss.train_on, config.model.chat_template_kwargs)
     if rules.fast or rules.text_only:
         return TokenCounter.from_config(config, rules)
     from .slow import SlowCounter

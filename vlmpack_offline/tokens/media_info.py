@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import VideoConfig
-from ..families import family_for
+from ..families import family_of
 from ..families.qwen import grid_thw, media_token_count
 from ..media import PacketSpan, VideoInfo, VideoSampling, image_size, probe_video, sample_video
 from ..reasons import DropError, Reason
@@ -45,7 +45,7 @@ def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, par
     (``rules.frame_rule``: InternVL, LLaVA-OneVision with ``do_sample_frames: true``), the family's own sampling
     where its video processor samples frames itself (``Family.sample_video``, GLM-4V), else the shared sampler
     (``media.sample_video``). Scan and loader both call this, so they pick the same frames."""
-    family = family_for(rules.model_type)
+    family = family_of(rules)
     if rules.frame_rule is not None and settings.sampler == "hf_processor":  # the video processor's own frames
         sampling = rules.frame_rule.sampling(info, tile=rules.tile_size, part=part)  # (InternVL, LLaVA-OneVision)
     elif family is not None and hasattr(family, "sample_video"):
@@ -88,7 +88,7 @@ def probe_media(
     family without video): the slow path leaves them to the family's own processor.
     """
     part = part or kind
-    family = family_for(rules.model_type)
+    family = family_of(rules)
     if check_grid and kind == "video" and family is not None and not family.takes_video:
         why = getattr(family, "no_video_reason", "its processor has no video input")  # a family may say why
         raise DropError(

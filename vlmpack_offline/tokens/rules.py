@@ -29,8 +29,11 @@ Video sampling (``ModelRules.video``, then ``resolve_video``), per field, first 
        factor 32: Qwen3-VL / Qwen3.5, 131072 / 786432 / 117964800)
 
 For the families with a module in ``vlmpack_offline/families/`` (``FAST_FAMILIES``) tokens
-are computed from sizes, and the family reads its own extra settings (``Family.settings``); any
-other family is counted by running its HF processor (the slow path).
+are computed from sizes, and the family reads its own extra settings (``Family.settings``). Any
+other family's folder is proven for the generic fast path the first time it is loaded
+(``tokens/proof.py``: its own processor's expansion rules against the real processor on generated
+media; the verdict is cached): ``ModelRules.generic`` is set when it passed, else
+``ModelRules.slow_reason`` says why the folder is counted by running its HF processor (the slow path).
 
 ``model.model_type: qwenvl`` (the published tool's name) takes the folder's family and
 is refused on a folder that is not Qwen-VL. ``model.model_type`` is checked before anything is loaded: a name neither family list
@@ -52,7 +55,8 @@ from pathlib import Path
 from .._published import QWEN_FROM_FOLDER
 from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
-from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for
+from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for, family_of
+from ..families.generic import GenericRules, kwargs_json
 from ..families.processor_frames import FrameRule, check_video_fields
 from ..media.video import recipe_video
 from ..media.video_meta import check_reader_installed
@@ -96,11 +100,13 @@ class ModelRules:
     video_max_side_patches: int = 0  # Kimi-K2.5: the video processor's size.max_height
     frame_rule: FrameRule | None = None  # InternVL, LLaVA-OneVision: their video processor's own sampling, if on
     video: VideoConfig | None = None  # video defaults: processor folder over family recipe (None = recipe)
+    generic: GenericRules | None = None  # no family module, folder proven: the generic fast path counts it
+    slow_reason: str = ""  # no family module, folder not proven: why (the slow path counts it)
 
     @property
     def fast(self) -> bool:
-        """True when tokens are computed from sizes (a family module), False for the slow path."""
-        return family_for(self.model_type) is not None
+        """True when tokens are computed from sizes (a family module or the generic path), False for the slow path."""
+        return family_for(self.model_type) is not None or self.generic is not None
 
     @property
     def qwen3(self) -> bool:
@@ -331,7 +337,17 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         check_settings(str(model_type), path, model.processor_kwargs, _read_json)
         if video is not None and "frame_rule" in settings:  # video: fields the processor's own sampling never reads
             check_video_fields(settings["frame_rule"], video, family=family.name, path=path)
+    if family is None and not text_only:  # no module: the generic path, where the folder proves it (cached)
+        from .proof import prove_folder
+
+        verdict = prove_folder(model, str(model_type))
+        if verdict.ok:
+            settings["generic"] = GenericRules(processor_kwargs=kwargs_json(model.processor_kwargs), proof=verdict.line)
+        else:
+            settings["slow_reason"] = verdict.line
     rules = ModelRules(model_type=str(model_type), processor_path=str(path), text_only=text_only, **settings)
+    if rules.generic is not None:
+        family = family_of(rules)
     # a family with its own video recipe (GLM-4V: its processor samples frames itself; LLaVA-OneVision: 32
     # frames) gives its defaults under the folder's settings and the config's video: section
     own = family.video_defaults() if family is not None and hasattr(family, "video_defaults") else None

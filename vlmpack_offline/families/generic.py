@@ -1,0 +1,263 @@
+"""The generic fast path: any processor folder counted from header sizes with the processor's own code.
+
+A ``model_type`` without a module in this package is counted here when its folder's processor can say
+how an item of a given size expands (``generic_fields.py``) and the folder passed its proof
+(``tokens/proof.py``): no pixel is decoded and torchvision is not needed::
+
+    processor   built from its parts (tokens/processor_parts.py); a video processor whose module needs
+                torchvision is replaced by its written-out rule (video_rules.py)
+    image       fields from the size (generic_fields.py) -> processor.replace_image_token(fields, 0)
+    video       frames: the video processor's own sample_frames on the reader's numbers, with the keywords
+                the processor's call hands it (processor_frames.processor_rule); a refusal is a drop naming
+                the rule. Fields from (frames, height, width) + VideoMetadata(frames_indices) ->
+                processor.replace_video_token(fields, 0, **videos_kwargs)
+    text        the chat template + the processor's tokenizer (the processor may add tokens of its own: the
+                special tokens its call puts around every text, measured once, ``text_edges``)
+    count       len(tokenize(replacement)), cached per size key; media tokens = the replacement's ids among the
+                processor's image_token_ids / video_token_ids (what its mm_token_type_ids mark)
+
+The replacement is what the processor's own ``__call__`` splices in for the item (start / end / row /
+timestamp tokens included), so a family changed upstream stays counted right; the proof at folder load
+checks it against the real processor on generated media before the path is used.
+
+The ``video:`` section's sampling fields are not read (the processor samples with its own settings: set
+``fps`` / ``num_frames`` ... in the folder or ``model.processor_kwargs``); only ``video.reader`` is.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..reasons import DropError, Reason
+from .base import Size, SpecialTokens
+from .generic_fields import ItemFields, adapter_for
+
+if TYPE_CHECKING:
+    from ..config import VideoConfig
+    from ..media import VideoInfo, VideoSampling
+    from ..tokens.media_info import MediaInfo
+    from ..tokens.rules import ModelRules
+
+__all__ = ["GenericRules", "GenericFamily", "Expansion", "Unservable", "build_generic", "generic_family", "kwargs_json"]
+
+# One text-only turn pair: the chat template renders the text the processor's call may add tokens around.
+_PROBE_CHAT = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}]
+
+
+class Unservable(ValueError):
+    """The generic path cannot count this folder; the message says why (one line, for ``vlmpack scan``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenericRules:
+    """What ``ModelRules`` carries for a folder on the generic path (picklable: workers rebuild the family)."""
+
+    processor_kwargs: str  # model.processor_kwargs as sorted JSON: the family is built with them
+    proof: str  # how the folder was proven, for vlmpack scan: "proved: 12 images, 8 videos"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expansion:
+    """One item's replacement as the processor writes it, and what it costs."""
+
+    text: str  # the exact string the processor splices in for the item's placeholder
+    tokens: int  # its tokens
+    media_tokens: int  # those among the processor's image / video token ids
+    encoder_patches: int  # vision-encoder patches (generic_fields.py)
+    encoder_attention: int  # sum over the encoder's attention blocks of (patches in the block)**2
+
+
+def _drop_for(exc: Exception, what: str, *, part: str) -> DropError:
+    """A size rule's refusal as a drop naming it (Qwen-style smart_resize: 'absolute aspect ratio ...')."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    reason = Reason.UNSUPPORTED_ASPECT if "aspect" in text.lower() else Reason.UNSUPPORTED_MEDIA
+    return DropError(reason, f"{part}: {what} refuses it: {type(exc).__name__}: {text}")
+
+
+class GenericFamily:
+    """The Family interface (``base.py``) for one processor folder, backed by its own processor object."""
+
+    model_types = frozenset()  # none by name: any model_type whose folder is proven (``rules.generic``)
+    positions = "model"  # the loader takes them from the model's own rope-index function, else 1-D
+    video_fields = frozenset()  # of video:, only the reader (rules.video_fields_read adds it)
+
+    def __init__(self, processor, *, model_type: str, path: Path, kwargs: dict, stand_in: str = "") -> None:
+        from .processor_frames import processor_rule
+
+        self.name = model_type
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.stand_in = stand_in  # the written-out video rule used, for messages ("" when none)
+        adapter, why = adapter_for(processor)
+        if adapter is None:
+            raise Unservable(why)
+        self.adapter = adapter
+        merged = processor._merge_kwargs(tokenizer_init_kwargs=self.tokenizer.init_kwargs)  # as its __call__ merges
+        self.images_kwargs, self.videos_kwargs = merged["images_kwargs"], merged["videos_kwargs"]
+        self.takes_image = getattr(processor, "image_processor", None) is not None and bool(getattr(processor, "image_token", None))
+        self.takes_video = getattr(processor, "video_processor", None) is not None and bool(getattr(processor, "video_token", None))
+        self.no_video_reason = f"{type(processor).__name__} has no video processor or video token"
+        self.frame_rule = processor_rule(processor, path=path, kwargs=kwargs) if self.takes_video else None
+        media = [*processor.image_token_ids, *(processor.video_token_ids if self.takes_video else [])]
+        self.media_ids = frozenset(i for i in media if isinstance(i, int))
+        self.text_prefix, self.text_suffix = _text_edges(processor)
+        self._image = functools.lru_cache(maxsize=65536)(self._image_expansion)
+        self._video = functools.lru_cache(maxsize=16384)(self._video_expansion)
+
+    # -- what the processor writes ---------------------------------------------------------------------
+    def _expansion(self, text: str, fields: ItemFields) -> Expansion:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return Expansion(text=text, tokens=len(ids), media_tokens=sum(1 for i in ids if i in self.media_ids),
+                         encoder_patches=fields.encoder_patches, encoder_attention=fields.encoder_attention)  # fmt: skip
+
+    def _image_expansion(self, height: int, width: int) -> Expansion:
+        fields = self.adapter.image(self.processor, height, width, self.images_kwargs)
+        return self._expansion(self.processor.replace_image_token(fields.fields, 0, **self.images_kwargs), fields)
+
+    def _video_expansion(self, frames: tuple[int, ...], fps: float, total: int, height: int, width: int) -> Expansion:
+        from transformers.video_utils import VideoMetadata
+
+        metadata = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=width, height=height,
+                                 frames_indices=list(frames))  # fmt: skip
+        fields = self.adapter.video(self.processor, len(frames), height, width, metadata, self.videos_kwargs)
+        text = self.processor.replace_video_token(copy.deepcopy(fields.fields), 0, **self.videos_kwargs)
+        return self._expansion(text, fields)
+
+    def expansion(self, media: MediaInfo, *, part: str = "") -> Expansion:
+        """The item's replacement (cached per size key); a size the processor's rule refuses is a ``DropError``."""
+        try:
+            if media.kind == "image":
+                return self._image(media.height, media.width)
+            s = media.sampling
+            return self._video(tuple(s.frame_indices), s.native_fps, s.total_frames, s.resized_height, s.resized_width)
+        except DropError:
+            raise
+        except Exception as exc:  # the processor's own size rule refuses the item (aspect, minimum ...)
+            what = type(self.processor.image_processor if media.kind == "image" else self.processor.video_processor).__name__
+            raise _drop_for(exc, f"{what}'s size rule", part=part or media.kind) from None
+
+    # -- the Family interface -----------------------------------------------------------------------------
+    def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
+        return {}  # the processor object holds them all
+
+    def special_tokens(self, tokenizer) -> SpecialTokens:
+        video = getattr(self.processor, "video_token", None) if self.takes_video else None
+        default = SpecialTokens()  # a kind the processor has no token for keeps a pad that the text never holds
+        return SpecialTokens(image_pad=getattr(self.processor, "image_token", None) or default.image_pad,
+                             video_pad=video or default.video_pad)
+
+    def compact_text(self, text: str, special: SpecialTokens) -> str:
+        return f"{self.text_prefix}{text}{self.text_suffix}"
+
+    def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
+        if media.kind == "image" and not self.takes_image:
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {type(self.processor).__name__} takes no image")
+        self.expansion(media, part=part)
+
+    def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
+        return self.expansion(media).text
+
+    def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
+        e = self.expansion(media)
+        return Size(tokens=e.tokens, media_tokens=e.media_tokens, encoder_patches=e.encoder_patches,
+                    encoder_attention=e.encoder_attention)  # fmt: skip
+
+    def sample_video(self, rules: ModelRules, info: VideoInfo, video: VideoConfig, *, part: str) -> VideoSampling:
+        """The frames the processor's own rule picks, at the reader's size (the processor resizes them)."""
+        return self.frame_rule.sampling(info, tile=None, part=part)
+
+    def describe(self, rules: ModelRules) -> str:
+        return rules.generic.proof if rules.generic is not None else "unproven"
+
+
+def _text_edges(processor) -> tuple[str, str]:
+    """The special tokens the processor's call puts around every text (Molmo2Processor prepends the BOS, or the
+    EOS where there is none, to a prompt that does not start with it; a tokenizer that adds BOS / EOS itself),
+    as text: measured on the chat template's rendering of one text-only turn pair, the call vs the tokenizer
+    alone (``add_special_tokens=False``, as the counter tokenizes). ``Unservable`` when the call changes the
+    text otherwise."""
+    tokenizer = processor.tokenizer
+    template = getattr(processor, "chat_template", None) or tokenizer.chat_template
+    try:
+        rendered = tokenizer.apply_chat_template(_PROBE_CHAT, chat_template=template, tokenize=False)
+    except Exception:  # a template that needs list contents or other variables: a plain text shows the same edges
+        rendered = "Hello"
+    try:
+        called = list(processor(text=[rendered])["input_ids"][0])
+    except Exception as exc:
+        raise Unservable(f"{type(processor).__name__} fails on a text-only prompt: {type(exc).__name__}: {exc}") from None
+    plain = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    start = next((k for k in range(len(called) - len(plain) + 1) if called[k:k + len(plain)] == plain), None)
+    if start is None:
+        raise Unservable(f"{type(processor).__name__}'s call changes the text itself (its input_ids are not the "
+                         "tokenizer's with tokens around them)")  # fmt: skip
+    prefix = tokenizer.decode(called[:start])
+    suffix = tokenizer.decode(called[start + len(plain):])
+    if tokenizer(prefix + rendered + suffix, add_special_tokens=False)["input_ids"] != called:
+        raise Unservable(f"{type(processor).__name__}'s call adds tokens {called[:start]} / {called[start + len(plain):]} "
+                         "that do not read back as text")  # fmt: skip
+    return prefix, suffix
+
+
+def build_generic(path: str | Path, model_type: str, processor_kwargs: dict, *, trust_remote_code: bool = False) -> GenericFamily:
+    """The generic family for a folder: its processor from its parts, a written-out rule standing in for a video
+    processor whose module needs torchvision. ``Unservable`` (one line) where it cannot count the folder."""
+    from ..tokens.processor_parts import build_processor
+    from .video_rules import stand_in_for
+
+    path = Path(path)
+    video_class = _video_class(path)
+    stand_in_class = stand_in_for(video_class)
+    try:
+        parts = build_processor(path, model_type, processor_kwargs, trust_remote_code=trust_remote_code,
+                                skip=frozenset({"video_processor"}) if stand_in_class else frozenset())  # fmt: skip
+    except ConfigError as exc:
+        raise Unservable(str(exc)) from None
+    processor = parts.processor
+    if stand_in_class is not None:
+        processor.video_processor = stand_in_class.from_folder(path, processor_kwargs)
+    missing = {a: why for a, why in parts.missing.items() if not (a == "video_processor" and stand_in_class)}
+    if "image_processor" in missing and getattr(processor, "image_token", None):
+        raise Unservable(f"its image processor {parts.part('image_processor').class_name} cannot be built here "
+                         f"({missing['image_processor']})")  # fmt: skip
+    if "video_processor" in missing and getattr(processor, "video_token", None):
+        raise Unservable(f"its video processor {parts.part('video_processor').class_name} cannot be built here "
+                         f"({missing['video_processor']}) and vlmpack has no written-out rule for it "
+                         "(families/video_rules.py)")  # fmt: skip
+    try:
+        return GenericFamily(processor, model_type=model_type, path=path, kwargs=processor_kwargs,
+                             stand_in=stand_in_class.__name__ if stand_in_class else "")  # fmt: skip
+    except ConfigError as exc:  # the video rule refuses every video (processor_frames)
+        raise Unservable(str(exc)) from None
+
+
+def _video_class(path: Path) -> str:
+    from ..tokens.rules import processor_settings  # the tokens package imports the families
+
+    return str(processor_settings(path)[1].get("video_processor_type") or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _cached(path: str, model_type: str, kwargs_json: str) -> GenericFamily:
+    kwargs = json.loads(kwargs_json)
+    return build_generic(path, model_type, kwargs, trust_remote_code=kwargs.get("trust_remote_code") is True)
+
+
+def generic_family(rules: ModelRules) -> GenericFamily:
+    """The generic family of a folder the proof accepted (``rules.generic``), built once per process."""
+    if rules.generic is None:
+        raise ValueError(f"{rules.processor_path} is not on the generic path")
+    return _cached(rules.processor_path, rules.model_type, rules.generic.processor_kwargs)
+
+
+def kwargs_json(processor_kwargs: dict[str, Any]) -> str:
+    """``model.processor_kwargs`` as the key ``GenericRules.processor_kwargs`` holds."""
+    return json.dumps(processor_kwargs, sort_keys=True, default=str)
+

@@ -1,0 +1,335 @@
+"""The generic path proves itself on a folder before it counts a sample with it.
+
+When a folder without a family module is first loaded (``rules.load_model_rules``), the generic path
+(``families/generic.py``) counts generated samples and the folder's real processor runs them; the path is
+taken only when every replacement string and every whole-sample ``input_ids`` length agree::
+
+    images   12 sizes: squares, 4:3, 16:9 and 9:16, 1:15 and 15:1, 1:300 (past Qwen-style aspect limits),
+             tiny (17 x 33, 1 x 1), odd, large; plus one sample with two images
+    videos   8 clips of 10 .. 200 frames at 2 .. 30 fps (below, at and above 32-frame and 2 fps rules)
+    sample   the folder's chat template around each item ("Describe ...", one assistant answer)
+    compare  the item's replacement (processor(..., return_text_replacement_offsets=True)), the sample's
+             len(input_ids) against TokenCounter.count; a size both refuse agrees, one refused by one side
+             only does not
+
+The real processor is ``AutoProcessor.from_pretrained`` where it loads, else the processor built from its
+parts (``processor_parts.py``: real PIL image processors). Videos are first run as the processor's own call
+takes a whole video (its ``sample_frames`` picks the frames; ``return_metadata`` hands back which); where that
+call fails on an item, as the loader calls it: the sampled frames with ``do_sample_frames=False``.
+
+**Where the real processor cannot run here.** Without torchvision no video processor runs (every
+``BaseVideoProcessor`` is gated on it), and some image processors have no PIL class (Molmo2). The issue this
+answers wants no family to need torchvision to scan, and a count never to be wrong. Refusing those parts here
+would send the folder to the slow path, which needs torchvision too: the scan could not run at all. So a part
+that cannot run here is accepted when the test suite proves the generic path equal to the real processor for
+that model type and part in the torchvision environment (``tests/test_generic_path.py``, marked
+``torchvision``) for the installed transformers version (``SUITE_PROVEN``, ``SUITE_TRANSFORMERS``); what can
+run here (the text side, PIL image processors) is still proven here. The scan's line says which:
+``gemma4: generic fast path (proved here: 13 images; videos: by the test suite for transformers 5.24.0)``.
+With any other transformers version such a part is unproven and the folder takes the slow path.
+
+The verdict is cached (JSON, ``$VLMPACK_CACHE_DIR`` else ``~/.cache/vlmpack``, ``proofs/``) under a hash of the
+folder's files, ``model.processor_kwargs``, the template variables, the transformers version and the generic
+path's own source, so a rerun is instant and any change proves again.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ModelConfig, VideoConfig
+from ..conversation import Conversation, MediaRef
+from ..reasons import DropError
+
+__all__ = ["PROOF_IMAGES", "PROOF_VIDEOS", "SUITE_PROVEN", "SUITE_TRANSFORMERS", "Verdict", "prove_folder"]
+
+log = logging.getLogger(__name__)
+
+# (height, width)
+PROOF_IMAGES = ((224, 224), (480, 640), (640, 480), (1080, 1920), (1920, 1080), (60, 900), (900, 60),
+                (10, 3000), (17, 33), (1, 1), (333, 517), (2000, 1500))  # fmt: skip
+PROOF_PAIR = ((300, 400), (512, 256))  # one sample with two images
+# (frames, fps, height, width)
+PROOF_VIDEOS = ((10, 2.0, 64, 96), (16, 24.0, 120, 200), (31, 30.0, 90, 160), (32, 24.0, 240, 320),
+                (48, 24.0, 144, 256), (95, 29.97, 360, 202), (150, 30.0, 120, 200), (200, 25.0, 100, 100))  # fmt: skip
+
+_CANONICAL_VIDEO = (64, 32.0, 144, 256)  # a clip every rule here takes: whether the real processor runs at all
+
+# The model types (and parts) tests/test_generic_path.py proves against the real processor in the torchvision
+# environment, for this transformers version: accepted here where the real processor cannot run (module doc).
+SUITE_TRANSFORMERS = "5.24.0"
+SUITE_PROVEN: dict[str, frozenset[str]] = {
+    "gemma4": frozenset({"image", "video"}),
+    "glm5_next": frozenset({"image", "video"}),
+    "ernie4_5_vl_moe": frozenset({"image", "video"}),
+    "lfm3_vl": frozenset({"image", "video"}),
+    "molmo2": frozenset({"image", "video"}),
+    "qwen3_omni_moe": frozenset({"image", "video"}),
+}
+
+_SOURCES = ("families/generic.py", "families/generic_fields.py", "families/video_rules.py",
+            "families/processor_frames.py", "tokens/proof.py", "tokens/processor_parts.py")  # fmt: skip
+_FOLDER_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    ok: bool  # the generic path counts this folder
+    line: str  # ok: how it was proven ("proved: 13 images, 8 videos"); else why not, one line
+
+
+class _CannotRun(Exception):
+    """The real processor cannot run this part here (no torchvision ...)."""
+
+
+def prove_folder(model: ModelConfig, model_type: str) -> Verdict:
+    """The verdict for this folder (module doc), from the cache when it holds one."""
+    key = _key(model, model_type)
+    return _memo(key, model, model_type)
+
+
+def _memo(key: str, model: ModelConfig, model_type: str) -> Verdict:
+    if key in _MEMO:
+        return _MEMO[key]
+    cached = _read_cache(key)
+    verdict = cached or _prove(model, model_type)
+    if cached is None:
+        _write_cache(key, verdict)
+    _MEMO[key] = verdict
+    return verdict
+
+
+_MEMO: dict[str, Verdict] = {}
+
+
+def _prove(model: ModelConfig, model_type: str) -> Verdict:
+    from ..families.generic import GenericRules, Unservable, generic_family, kwargs_json
+    from .rules import ModelRules
+
+    rules = ModelRules(model_type=model_type, processor_path=model.processor_path, text_only=False,
+                       generic=GenericRules(processor_kwargs=kwargs_json(model.processor_kwargs), proof="(proving)"))  # fmt: skip
+    try:
+        family = generic_family(rules)
+    except Unservable as exc:
+        return Verdict(ok=False, line=str(exc))
+    try:
+        oracle = _oracle(model, model_type)
+    except Exception as exc:  # noqa: BLE001 - any failure to build the real processor: nothing to prove against
+        return Verdict(ok=False, line=f"its real processor cannot be built here to prove the generic path against "
+                                      f"({type(exc).__name__}: {exc})")  # fmt: skip
+    checker = _Checker(rules, family, oracle, model)
+    proven: list[str] = []
+    suite: list[str] = []
+    for kind, takes, run in (("image", family.takes_image, checker.images), ("video", family.takes_video, checker.videos)):
+        if not takes:
+            continue
+        try:
+            count, mismatch = run()
+        except _CannotRun as exc:
+            if not _suite_proves(model_type, kind):
+                import transformers
+
+                return Verdict(ok=False, line=(
+                    f"its {kind}s cannot be proven here ({exc}) and the test suite proves no {model_type} {kind}s "
+                    f"for transformers {transformers.__version__} (it does for {SUITE_TRANSFORMERS}: "
+                    f"{', '.join(sorted(t for t, kinds in SUITE_PROVEN.items() if kind in kinds))})"))  # fmt: skip
+            suite.append(f"{kind}s")
+            continue
+        if mismatch:
+            return Verdict(ok=False, line=mismatch)
+        proven.append(f"{count} {kind}s")
+    if not proven and not suite:
+        return Verdict(ok=False, line=f"{type(family.processor).__name__} takes neither images nor videos here")
+    if not suite:
+        return Verdict(ok=True, line=f"proved: {', '.join(proven)}")
+    by_suite = f"{' and '.join(suite)}: by the test suite for transformers {SUITE_TRANSFORMERS}"
+    return Verdict(ok=True, line=f"proved here: {', '.join(proven)}; {by_suite}" if proven else f"proved {by_suite}")
+
+
+def _suite_proves(model_type: str, kind: str) -> bool:
+    import transformers
+
+    return transformers.__version__ == SUITE_TRANSFORMERS and kind in SUITE_PROVEN.get(model_type, frozenset())
+
+
+def _oracle(model: ModelConfig, model_type: str):
+    """The real processor: ``AutoProcessor`` where it loads, else the one built from its parts (no stand-ins)."""
+    from transformers import AutoProcessor
+
+    from ..remote_code import load_pretrained, trusted
+    from .processor_parts import build_processor
+
+    kwargs = {k: v for k, v in model.processor_kwargs.items() if k not in ("pretrained_model_name_or_path", "trust_remote_code")}
+    try:
+        return load_pretrained(AutoProcessor.from_pretrained, model.processor_path,
+                               trust_remote_code=trusted(model.processor_kwargs), **kwargs)  # fmt: skip
+    except Exception:  # noqa: BLE001 - no torchvision for its video processor: its parts
+        return build_processor(model.processor_path, model_type, model.processor_kwargs,
+                               trust_remote_code=trusted(model.processor_kwargs)).processor  # fmt: skip
+
+
+class _Checker:
+    """Generated samples through the generic counter and the real processor."""
+
+    def __init__(self, rules, family, oracle, model: ModelConfig) -> None:
+        from .counter import TokenCounter
+
+        self.family, self.oracle = family, oracle
+        tokenizer = family.tokenizer
+        if not tokenizer.chat_template:
+            tokenizer.chat_template = getattr(family.processor, "chat_template", None)
+        self.counter = TokenCounter(rules, tokenizer, VideoConfig(), train_on="all",
+                                    template_kwargs=model.chat_template_kwargs)  # fmt: skip
+
+    # -- samples ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _conversation(kinds: tuple[str, ...]) -> Conversation:
+        items = [{"type": kind, kind: f"{kind}{i}"} for i, kind in enumerate(kinds)]
+        what = " and ".join(kinds)
+        messages = ({"role": "user", "content": [{"type": "text", "text": f"Describe this {what}."}, *items]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "A plain grey test pattern."}]})  # fmt: skip
+        return Conversation(messages=messages, media=tuple(MediaRef(kind=k, part=f"{k}{i}") for i, k in enumerate(kinds)))
+
+    def _generic(self, conversation: Conversation, media) -> tuple[int, list[str]] | DropError:
+        try:
+            count = self.counter.count(conversation, media).token_len
+            return count, [self.family.expansion(m).text for m in media]
+        except DropError as exc:
+            return exc
+
+    def _real(self, rendered: str, **inputs) -> tuple[int, list[str]] | Exception:
+        try:
+            out = self.oracle(text=[rendered], return_text_replacement_offsets=True, **inputs)
+        except Exception as exc:  # noqa: BLE001 - the real processor's refusal (or failure), compared below
+            return exc
+        return len(out["input_ids"][0]), [r["replacement"] for r in out["text_replacement_offsets"][0]]
+
+    @staticmethod
+    def _mismatch(what: str, generic, real) -> str:
+        if isinstance(generic, DropError) and isinstance(real, Exception):
+            return ""  # both refuse it
+        if isinstance(generic, DropError):
+            return f"the generic path refuses {what} ({generic}) where the real processor takes it"
+        if isinstance(real, Exception):
+            return f"the real processor refuses {what} ({type(real).__name__}: {real}) where the generic path counts it"
+        (count, texts), (real_count, real_texts) = generic, real
+        if texts != real_texts:
+            return f"{what}: the replacement differs from the real processor's ({len(texts[0])} vs {len(real_texts[0])} characters)"
+        if count != real_count:
+            return f"{what}: {count} tokens where the real processor gives {real_count}"
+        return ""
+
+    # -- images ----------------------------------------------------------------------------------------
+    def _image_sample(self, sizes: tuple[tuple[int, int], ...]):
+        from PIL import Image
+
+        from .media_info import ImageMedia
+
+        conversation = self._conversation(("image",) * len(sizes))
+        rendered, _ = self.counter.render(conversation)
+        media = [ImageMedia(width=w, height=h) for h, w in sizes]
+        images = [Image.new("RGB", (w, h), (128, 128, 128)) for h, w in sizes]
+        return self._generic(conversation, media), self._real(rendered, images=images)
+
+    def images(self) -> tuple[int, str]:
+        generic, real = self._image_sample(((224, 224),))
+        if isinstance(real, Exception) and not isinstance(generic, DropError):
+            raise _CannotRun(f"{type(real).__name__}: {str(real)[:200]}")
+        checked = 0
+        for sizes in [*(((h, w),) for h, w in PROOF_IMAGES), PROOF_PAIR]:
+            generic, real = self._image_sample(sizes)
+            what = " + ".join(f"{w}x{h}" for h, w in sizes) + " image" + ("s" if len(sizes) > 1 else "")
+            if mismatch := self._mismatch(what, generic, real):
+                return checked, mismatch
+            checked += len(sizes)
+        return checked, ""
+
+    # -- videos ----------------------------------------------------------------------------------------
+    def videos(self) -> tuple[int, str]:
+        if getattr(self.oracle, "video_processor", None) is None:
+            raise _CannotRun("no video processor loads here: every transformers video processor needs torchvision")
+        generic, real = self._video_sample(*_CANONICAL_VIDEO)
+        if isinstance(real, Exception) and not isinstance(generic, DropError):  # it builds, but cannot run here
+            raise _CannotRun(f"{type(real).__name__}: {str(real)[:200]}")
+        checked = 0
+        for frames, fps, height, width in PROOF_VIDEOS:
+            generic, real = self._video_sample(frames, fps, height, width)
+            if mismatch := self._mismatch(f"a {frames}-frame {width}x{height} video at {fps:g} fps", generic, real):
+                return checked, mismatch
+            checked += 1
+        return checked, ""
+
+    def _video_sample(self, frames: int, fps: float, height: int, width: int):
+        import numpy as np
+        from transformers.video_utils import VideoMetadata
+
+        from ..media.video_meta import VideoInfo
+        from .media_info import VideoMedia
+
+        conversation = self._conversation(("video",))
+        rendered, _ = self.counter.render(conversation)
+        info = VideoInfo(n_frames=frames, native_fps=fps, height=height, width=width, backend="pyav")
+        pixels = np.full((frames, height, width, 3), 128, dtype=np.uint8)
+        metadata = VideoMetadata(total_num_frames=frames, fps=fps, duration=frames / fps, width=width, height=height)
+        try:
+            sampling = self.family.sample_video(self.counter.rules, info, VideoConfig(), part="video")
+        except DropError as exc:  # its rule refuses the video: so must the real processor's own call
+            return exc, self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)])
+        generic = self._generic(conversation, [VideoMedia(sampling=sampling)])
+        whole = self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)])
+        if not isinstance(whole, Exception):
+            return generic, whole
+        # the call on a whole video failed (Molmo2 indexes a numpy video by a one-element tensor): as the loader
+        # calls it, on the frames the rule picked, with do_sample_frames=False and their indices in the metadata
+        picked = list(sampling.frame_indices)
+        metadata.frames_indices = picked
+        return generic, self._real(rendered, videos=[pixels[picked]], video_metadata=[metadata], do_sample_frames=False)
+
+
+# -- the cache ------------------------------------------------------------------------------------------
+def _key(model: ModelConfig, model_type: str) -> str:
+    import transformers
+
+    digest = hashlib.sha256()
+    folder = Path(model.processor_path)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _FOLDER_FILES):
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    root = Path(__file__).resolve().parent.parent
+    for name in _SOURCES:
+        source = root / name
+        digest.update(source.read_bytes() if source.is_file() else b"-")
+    digest.update(json.dumps([model_type, transformers.__version__, model.processor_kwargs, model.chat_template_kwargs],
+                             sort_keys=True, default=str).encode())  # fmt: skip
+    return digest.hexdigest()[:32]
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("VLMPACK_CACHE_DIR") or Path.home() / ".cache" / "vlmpack") / "proofs"
+
+
+def _read_cache(key: str) -> Verdict | None:
+    try:
+        data = json.loads((_cache_dir() / f"{key}.json").read_text())
+        return Verdict(ok=bool(data["ok"]), line=str(data["line"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cache(key: str, verdict: Verdict) -> None:
+    """Best effort: a read-only home only costs the next run its proof."""
+    directory = _cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        temporary = directory / f".{key}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps({"ok": verdict.ok, "line": verdict.line}))
+        os.replace(temporary, directory / f"{key}.json")
+    except OSError as exc:
+        log.debug("proof verdict not cached in %s: %s", directory, exc)
+
