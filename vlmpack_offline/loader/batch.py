@@ -5,7 +5,7 @@
     sub-samples   A (3 tokens)  B (2)   C (4)
     input_ids     [a a a  b b  c c c c]                [1, S]
     labels        [- - a  - b  - c c c]                [1, S]   (-100 shown as -)
-    position_ids  [0 1 2  0 1  0 1 2 3] per mRoPE row  [3, 1, S] (Qwen-VL) or [1, S]
+    position_ids  [0 1 2  0 1  0 1 2 3] per rope row   [A, 1, S] (the model's rope index) or [1, S]
     cu_seqlens    [0, 3, 5, 9]                          int32 [n+1]
     max_seqlen    4
     n_images_per_sample [1, 0, 2]; n_videos_per_sample [0, 0, 1]
@@ -72,7 +72,7 @@ class PackBatch:
     sample_ids: tuple[str, ...]  # manifest id per segment ("" for the dummy-image segment)
     input_ids: torch.Tensor  # long [1, S]
     labels: torch.Tensor  # long [1, S], HF convention (unshifted), -100 = not scored
-    position_ids: torch.Tensor  # long [3, 1, S] (mRoPE) or [1, S]; restart at 0 per segment
+    position_ids: torch.Tensor  # long [A, 1, S] (the model's rope index: 3 for mRoPE) or [1, S]; restart per segment
     cu_seqlens: torch.Tensor  # int32 [n+1], segment boundaries
     max_seqlen: int  # longest segment
     vision: VisionInputs  # pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw, ...
@@ -84,6 +84,7 @@ class PackBatch:
     token_type_ids: torch.Tensor | None = None  # long [1, S] for models that take it (Gemma3: 1 on image tokens)
     linear_attention: bool = False  # the model has linear-attention layers: boundaries always passed (model_kwargs)
     sliding_window: int | None = None  # the window of the model's sliding-window layers (Gemma3): masks per layer type
+    masks_from_positions: bool = False  # a processor family: HF builds every mask from the restarting positions
 
     @property
     def seq_len(self) -> int:
@@ -107,10 +108,11 @@ class PackBatch:
         return torch.repeat_interleave(segments, lengths)[None]
 
     def hf_position_ids(self) -> torch.Tensor:
-        """Positions for an HF Qwen-VL forward: ``[4, 1, S]`` = text row + the 3 mRoPE rows.
+        """Positions for an HF forward: ``[A + 1, 1, S]`` = text row + the model's ``A`` rope rows.
 
-        HF's Qwen-VL text models take a leading text row and use it (not the mRoPE rows) for
-        packed-sequence masks and flash-attention; non-mRoPE models get ``[1, S]``.
+        HF's mRoPE text models (Qwen-VL's ``[4, 1, S]``, HunYuan-VL's ``num_mrope_axes + 1``) take a leading
+        text row and use it (not the rope rows) for packed-sequence masks and flash-attention; models with
+        1-D positions get ``[1, S]``.
         """
         if self.position_ids.ndim == 3:
             return torch.cat([self.text_position_ids()[None], self.position_ids], dim=0)
@@ -138,6 +140,11 @@ class PackBatch:
         * a model with sliding-window layers (``sliding_window``, Gemma3), ``sdpa`` / ``eager``: one mask per
           layer type (``attention.layer_type_masks``: windowed for the sliding layers, image tokens seeing
           each other both ways where ``token_type_ids`` mark them), as HF builds them for each sub-sample alone.
+        * a processor family (``masks_from_positions``: Gemma 4, Molmo2, GLM-5-Next, ...), ``sdpa`` / ``eager``: no
+          mask. HF's ``create_causal_mask`` finds the sub-samples from the restarting text positions
+          (``masking_utils.find_packed_sequence_indices``) and ANDs that packed mask after the model's own
+          overlays (Gemma 4's and Molmo2's bidirectional vision blocks from ``mm_token_type_ids``, sliding
+          windows), which a mask of ours would replace.
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
@@ -158,6 +165,8 @@ class PackBatch:
                     max_length_q=self.max_seqlen,
                     max_length_k=self.max_seqlen,
                 )
+        elif self.masks_from_positions:
+            pass  # HF derives each layer's mask from the text row of position_ids (see above)
         elif self.sliding_window:
             kwargs["attention_mask"] = layer_type_masks(
                 self.cu_seqlens, sliding_window=self.sliding_window, token_type_ids=self.token_type_ids
@@ -187,4 +196,5 @@ class PackBatch:
             token_type_ids=move(self.token_type_ids),
             linear_attention=self.linear_attention,
             sliding_window=self.sliding_window,
+            masks_from_positions=self.masks_from_positions,
         )

@@ -15,6 +15,14 @@ Each sub-sample is built alone, exactly as if it were the only sample:
 
 Then segments are concatenated and ``cu_seqlens`` records where each starts.
 
+A processor family (a model type without a hand-written module in ``families/``: Gemma 4, GLM-5-Next,
+Qwen-Omni, ...) takes steps 2-4 from its own HF processor instead (``processor_pack.py``): the pack's
+sub-samples, rendered and decoded as the scan saw them (images as opened; videos at the frames the
+scan's own probe chose), go through one processor call as a batch; each row is length-checked and
+labelled, the model's own rope index gives its positions, and every field the model's forward takes
+(``mm_token_type_ids``, ERNIE's ``moe_mm_token_type_ids``, ``video_second_per_grid``, ...) rides in
+the vision container.
+
 A media part that cannot be read or decoded (steps 1 and 4) raises ``MediaDecodeError`` naming the pack, the
 sample, the packed shard and member and the fix, instead of the decoder's own error from a DataLoader worker.
 
@@ -51,14 +59,17 @@ from ..media import decode_frames, probe_video
 from ..packed_format import PackedSample, PackedSubSample, pack_key
 from ..packed_settings import check_against_packed_dir, config_from_packed_dir
 from ..remote_code import trusted
-from ..tokens import ImageMedia, TokenCounter, VideoMedia, probe_media
+from ..tokens import ImageMedia, TokenCounter, VideoMedia, make_counter, probe_media
 from ..tokens.media_info import sample_for
-from ..tokens.rules import resolve_video
+from ..tokens.rules import load_model_rules, resolve_video
+from ..tokens.slow import video_metadata
 from .batch import PackBatch
 from .labels import IGNORE_INDEX, sub_sample_labels, sub_sample_loss_weights
 from .media_processor import MediaProcessor, media_processor_for
+from .processor_pack import ProcessorPack, SubSampleMedia
 from .rope import RopeIndex
-from .vision_inputs import concat_vision_inputs
+from .servable import processor_for_loader, runs_processor
+from .vision_inputs import VisionInputs, concat_token_fields, concat_vision_inputs
 
 __all__ = ["EncoderOptions", "PackEncoder"]
 
@@ -81,6 +92,7 @@ class _Segment:
     n_images: int
     n_videos: int
     token_type_ids: torch.Tensor | None = None  # long [L] for models that take it (Gemma3: 1 on image tokens)
+    token_fields: Mapping[str, torch.Tensor] | None = None  # processor families: [1, L] per-token fields
 
 
 @contextmanager
@@ -115,25 +127,33 @@ class PackEncoder:
             check_against_packed_dir(config, config.packed_wds_dir, missing_ok=True)
         self.config = config
         self.options = options or EncoderOptions()
-        self.counter = TokenCounter.from_config(config)  # the scan's own materialize()
+        rules = load_model_rules(config.model)
+        self.pack_processor: ProcessorPack | None = None
+        processor_family = not rules.text_only and runs_processor(rules.model_type)
+        # the scan's own counter: materialize() for a module family; for a processor family its probe picks the
+        # frames the scan counted (the processor's own rule or the shared sampler)
+        self.counter = make_counter(config) if processor_family else TokenCounter.from_config(config, rules)
         if self.options.train_on is not None:
             if self.options.train_on not in ("assistant", "all"):
                 raise ValueError(f"EncoderOptions.train_on must be 'assistant' or 'all', got {self.options.train_on!r}")
             self.counter.train_on = self.options.train_on
-        self.rules = self.counter.rules
+        self.rules = rules
         path = Path(self.rules.processor_path)
         kwargs = {k: v for k, v in config.model.processor_kwargs.items() if k != "pretrained_model_name_or_path"}
+        self.media = None  # text only: no image processor to load (a tokenizer folder such as Kimi-K2.5's has none)
         if self.rules.text_only:  # model.processor_loader: auto_tokenizer; the scan packed text samples only
-            self.media = None  # no image processor to load (a tokenizer folder such as Kimi-K2.5's has none)
             self.rope = RopeIndex(SimpleNamespace(model_type=self.rules.model_type))  # 1-D positions
         else:
+            self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type,
+                                                     trust_remote_code=trusted(config.model.processor_kwargs))
+        if processor_family:  # the family's own processor makes ids, fields and (with the rope) positions
+            self.pack_processor = processor_for_loader(self.rules, config, self.counter, self.rope)
+        elif not self.rules.text_only:
             self.media = media_processor_for(
                 family_for(self.rules.model_type), path, image_pad=self.counter.expander.special.image_pad, **kwargs
             )
-            self.rope = RopeIndex.from_processor_dir(path, model_type=self.rules.model_type,
-                                                     trust_remote_code=trusted(config.model.processor_kwargs))
-        tokenizer = self.counter.tokenizer
-        self.image_pad_id = tokenizer.convert_tokens_to_ids(self.counter.expander.special.image_pad)
+        self.image_pad_id = None if processor_family else self.counter.tokenizer.convert_tokens_to_ids(
+            self.counter.expander.special.image_pad)  # fmt: skip
         # LLaVA-OneVision: a sub-sample's images go through one processor call (ProcessorImages.images)
         self.images_per_sample = bool(getattr(family_for(self.rules.model_type), "images_per_sample", False))
 
@@ -215,6 +235,36 @@ class PackEncoder:
             token_type_ids=self.media.token_type_ids(ids) if self.media is not None else None,
         )
 
+    def _processor_segments(self, pack: PackedSample, media: Mapping[str, bytes], shard: str
+                            ) -> tuple[list[_Segment], dict[str, torch.Tensor]]:  # fmt: skip
+        """A processor family's segments and media fields: the pack through its processor (``processor_pack``)."""
+        subs = []
+        for sub in pack.samples:
+            conversation = _conversation(sub)
+            images, videos, metadata = [], [], []
+            for ref in conversation.media:
+                if ref.part not in media:
+                    raise KeyError(f"pack {pack.pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
+                with _decoding(pack.pack_id, sub.id, [ref.part], shard):
+                    if ref.kind == "image":  # as opened: no EXIF transpose, like the scan
+                        image = Image.open(io.BytesIO(media[ref.part]))
+                        image.load()
+                        images.append(image)
+                    else:  # the scan's own probe: the frames it counted, at the size it passed them
+                        info = self.counter.probe("video", media[ref.part], part=ref.part)
+                        sampling = info.sampling if isinstance(info, VideoMedia) else info.video.sampling
+                        videos.append(decode_frames(media[ref.part], sampling))
+                        metadata.append(video_metadata(sampling))
+            subs.append(SubSampleMedia(sample_id=sub.id, conversation=conversation, token_len=sub.token_len,
+                                       images=tuple(images), videos=tuple(videos), video_metadata=tuple(metadata)))  # fmt: skip
+        rows, fields = self.pack_processor.rows(pack.pack_id, subs, check_lengths=self.options.check_lengths)
+        segments = [
+            _Segment(sample_id=sub.sample_id, input_ids=row.input_ids, labels=row.labels, positions=row.positions,
+                     media=(), n_images=len(sub.images), n_videos=len(sub.videos), token_fields=row.token_fields)
+            for sub, row in zip(subs, rows, strict=True)
+        ]  # fmt: skip
+        return segments, fields
+
     def _dummy_segment(self) -> _Segment:
         if not isinstance(self.media, MediaProcessor):
             raise ValueError(
@@ -242,7 +292,11 @@ class PackEncoder:
     def encode(self, pack: PackedSample, media: Mapping[str, bytes], *, shard: str = "") -> PackBatch:
         """Materialize every sub-sample of ``pack`` and concatenate them into one ``PackBatch``. ``shard``: the
         packed tar the pack was read from, named by a ``MediaDecodeError``."""
-        segments = [self._segment(pack.pack_id, sub, media, shard) for sub in pack.samples]
+        fields: dict[str, torch.Tensor] = {}
+        if self.pack_processor is not None:
+            segments, fields = self._processor_segments(pack, media, shard)
+        else:
+            segments = [self._segment(pack.pack_id, sub, media, shard) for sub in pack.samples]
         n_dummy = 0
         if self.options.dummy_image_for_text_packs and not any(s.n_images or s.n_videos for s in segments):
             segments.append(self._dummy_segment())
@@ -262,7 +316,8 @@ class PackEncoder:
             position_ids=torch.cat([s.positions for s in segments], dim=-1),
             cu_seqlens=cu_seqlens,
             max_seqlen=int(lengths.max()) if len(segments) else 0,
-            vision=concat_vision_inputs([m for s in segments for m in s.media]),
+            vision=VisionInputs({**fields, **concat_token_fields([s.token_fields for s in segments if s.token_fields])})
+            if self.pack_processor is not None else concat_vision_inputs([m for s in segments for m in s.media]),
             n_images_per_sample=torch.tensor([s.n_images for s in segments], dtype=torch.long),
             n_videos_per_sample=torch.tensor([s.n_videos for s in segments], dtype=torch.long),
             loss_weights=weights,
@@ -273,5 +328,6 @@ class PackEncoder:
             ),
             linear_attention=self.rope.has_linear_attention,
             sliding_window=self.rope.sliding_window,
+            masks_from_positions=self.pack_processor is not None,
         )
 

@@ -1,62 +1,127 @@
 """Position ids of one sub-sample, computed by the model's own rope-index function.
 
-Qwen-VL models use 3D (temporal, height, width) "mRoPE" positions; the model
-computes them in ``<Model>.get_rope_index`` from the token ids and the media
-grids. We call that very function (bound to a tiny host object that holds only
-the model config: no weights) once per sub-sample, so every sub-sample gets
-exactly the positions it would get if it were run alone. Models without such a
-function get plain ``arange`` positions.
+mRoPE models (Qwen-VL, GLM-4V, Ernie-4.5-VL, PaddleOCR-VL, Qwen-Omni, HunYuan-VL, MiniCPM-V 4.7, ...)
+compute positions in ``<Model>.get_rope_index`` from the token ids and the media fields. We call
+the model's own code, so every sub-sample gets exactly the positions it would get if it were run
+alone. Where the function lives (``model_classes.find_class``): any class of the model's type, or of
+a sub-config's type (Qwen-Omni: ``thinker_config`` -> ``Qwen3OmniMoeThinkerModel``), through its MRO
+(a mixin's method counts). The class is built on the meta device (``with torch.device("meta"):
+cls(config)``: no weights, ~0.1 s even for a 30B default config, measured in tests/test_rope_index.py's
+docstring), so attributes its ``__init__`` sets (``spatial_merge_size``) exist as in the model.
 
-The config is ``AutoConfig.from_pretrained(processor_dir)``: a real checkpoint
-folder carries the full ``config.json``; a folder holding only ``model_type``
-gets HF's defaults for that family (``spatial_merge_size``, ``tokens_per_second``),
-which must then also be what the trained model uses.
+How it is called: the way the model's own ``forward`` calls it. Every transformers 5.24 model with a
+``get_rope_index`` has ``compute_3d_position_ids`` whose parameters carry the ``forward``'s names
+(``image_grid_thw``, ``video_second_per_grid``, ``target_sizes``, ``mm_token_type_ids``, ...), and maps
+them onto ``get_rope_index``'s own (Qwen-Omni's ``second_per_grids``, passed positionally). So the
+loader hands it the processor's fields by name, ``attention_mask`` of ones and no cache; a class
+without it gets ``get_rope_index`` with the keyword arguments its signature names. The result is
+whatever the model uses: ``[3, B, L]`` (mRoPE), ``[A, B, L]`` (HunYuan-VL's N-axis xdrope). A model
+where no class defines one gets plain 1-D positions ``[1, L]``.
+
+The config is ``AutoConfig.from_pretrained(processor_dir)``: a real checkpoint folder carries the full
+``config.json``; a folder holding only ``model_type`` gets HF's defaults for that family, which must
+then also be what the trained model uses (HunYuan-VL's defaults have no ``mrope_section`` and no
+model can be built from them: refused, ``RopeError``).
 """
 
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
-import transformers
 from transformers import AutoConfig
-from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 from ..remote_code import load_pretrained
+from .model_classes import ModelClass, config_chain, find_class
 
-__all__ = ["RopeIndex", "MM_TEXT", "MM_IMAGE", "MM_VIDEO"]
+__all__ = ["RopeIndex", "RopeError", "MM_TEXT", "MM_IMAGE", "MM_VIDEO", "recurrent_layer_types"]
 
 # HF's mm_token_type_ids values (ProcessorMixin.create_mm_token_type_ids).
 MM_TEXT, MM_IMAGE, MM_VIDEO = 0, 1, 2
 
+# get_rope_index parameters named otherwise than the forward's (and the processor's) field, for a class
+# without compute_3d_position_ids: Qwen-Omni's second_per_grids is the processor's video_second_per_grid.
+_ALIASES = {"second_per_grids": ("video_second_per_grid", "second_per_grid_ts"),
+            "second_per_grid_ts": ("video_second_per_grid",)}  # fmt: skip
 
-class _Host:
-    """Stands in for the model: ``get_rope_index`` reads only ``self.config`` and calls helper methods."""
 
-    def __init__(self, config) -> None:
-        self.config = config
+class RopeError(ValueError):
+    """The model's rope-index function cannot be built or called for this config (the reason in the text)."""
+
+
+def recurrent_layer_types() -> frozenset[str]:
+    """Layer types whose state runs from token to token: those HF masks with ``create_recurrent_attention_mask``
+    (``masking_utils.LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING``: ``linear_attention`` (Qwen3.5's Gated DeltaNet,
+    GLM-5-Next's KDA, MiniCPM-V 4.7), ``conv`` (LFM3's short convolutions), ``hybrid`` ...)."""
+    from transformers.masking_utils import (
+        LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING,
+        create_recurrent_attention_mask,
+    )
+
+    def recurrent(fn) -> bool:
+        if isinstance(fn, dict):
+            return any(recurrent(value) for value in fn.values())
+        return (fn.func if isinstance(fn, partial) else fn) is create_recurrent_attention_mask
+
+    return frozenset(name for name, fn in LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING.items() if recurrent(fn))
+
+
+def _layer_types(config: Any) -> set[str]:
+    """Every layer type of the config and its sub-configs (text_config, a thinker's text_config, ...)."""
+    found = set(getattr(config, "layer_types", None) or ())
+    for path, sub in config_chain(config):
+        if path:
+            found |= _layer_types(sub)
+    return found
+
+
+def _arguments(fn, available: dict[str, Any]) -> dict[str, Any]:
+    """``fn``'s named parameters taken from ``available``; a required one it lacks is passed as None (the
+    forward passes ``inputs_embeds=None``, ``cache=None`` the same way)."""
+    out = {}
+    for name, parameter in inspect.signature(fn).parameters.items():
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if name in available:
+            out[name] = available[name]
+        elif parameter.default is inspect.Parameter.empty:
+            out[name] = None
+    return out
 
 
 class RopeIndex:
-    """``positions(input_ids, ...) -> [3, 1, L]`` (mRoPE) or ``[1, L]`` for one sub-sample."""
+    """``positions(input_ids, ...) -> [A, B, L]`` (the model's rope index) or ``[B, L]`` (1-D)."""
 
     def __init__(self, config) -> None:
         self.config = config
         self.model_type = config.model_type
-        model_cls = getattr(transformers, MODEL_MAPPING_NAMES.get(self.model_type, ""), None)
-        fn = getattr(model_cls, "get_rope_index", None) if model_cls is not None else None
-        self._host = None
-        if fn is not None:
-            methods = {name: getattr(model_cls, name) for name in dir(model_cls) if name.startswith("get_")}
-            host_cls = type(f"{model_cls.__name__}RopeHost", (_Host,), methods)
-            self._host = host_cls(config)
+        self.source: ModelClass | None = find_class(config, "get_rope_index")
+        self._model = self._build() if self.source is not None else None
         self.image_token_id = getattr(config, "image_token_id", None)
         self.video_token_id = getattr(config, "video_token_id", None)
         # GLM-4V: video frames are <|image|> tokens between <|begin_of_video|> and <|end_of_video|>
         glm = str(self.model_type).startswith("glm")
         self.video_start_token_id = getattr(config, "video_start_token_id", None) if glm else None
         self.video_end_token_id = getattr(config, "video_end_token_id", None) if glm else None
+
+    def _build(self):
+        """The rope class on the meta device: its ``__init__`` runs (attributes as in the model), no weights."""
+        source = self.source
+        try:
+            with torch.device("meta"):
+                return source.cls(source.config)
+        except Exception as exc:  # noqa: BLE001 - any failure of the model's own __init__ on this config
+            raise RopeError(
+                f"{self.model_type}: the model's rope index ({source.describe()}.get_rope_index) needs the model "
+                f"built from its config, which fails: {type(exc).__name__}: {exc}. Put the checkpoint's own "
+                "config.json in the processor folder"
+            ) from exc
+
+    def __reduce__(self):  # DataLoader workers: rebuild the meta instance there instead of pickling it
+        return (RopeIndex, (self.config,))
 
     @classmethod
     def from_processor_dir(cls, path: str | Path, *, model_type: str | None = None,
@@ -71,23 +136,27 @@ class RopeIndex:
         return cls(AutoConfig.for_model(model_type))
 
     @property
+    def _function(self):
+        """What ``positions`` calls: the forward's ``compute_3d_position_ids`` where the class has it."""
+        return getattr(self._model, "compute_3d_position_ids", None) or self._model.get_rope_index
+
+    @property
     def uses_seconds(self) -> bool:
         """Whether the rope index spaces video frames in time by ``second_per_grid_ts`` (Qwen2.5-VL)."""
-        return self._host is not None and "second_per_grid_ts" in inspect.signature(self._host.get_rope_index).parameters
+        return self._model is not None and "second_per_grid_ts" in inspect.signature(self._function).parameters
 
     @property
     def is_mrope(self) -> bool:
-        return self._host is not None
+        return self._model is not None
 
     @property
     def has_linear_attention(self) -> bool:
-        """Whether the text model has linear-attention (recurrent) layers (Qwen3.5's Gated DeltaNet).
+        """Whether the text model has recurrent layers (``recurrent_layer_types``: linear attention, short convs).
 
         Such a layer carries its state from one token to the next and sees sub-sample boundaries only
-        through ``cu_seq_lens_q``: a block mask or restarting positions do not stop it.
+        through ``cu_seq_lens_q`` / ``seq_idx``: a block mask or restarting positions do not stop it.
         """
-        text = getattr(self.config, "text_config", None) or self.config
-        return "linear_attention" in (getattr(text, "layer_types", None) or ())
+        return bool(_layer_types(self.config) & recurrent_layer_types())
 
     @property
     def sliding_window(self) -> int | None:
@@ -114,23 +183,30 @@ class RopeIndex:
         self,
         input_ids: torch.Tensor,
         *,
-        image_grid_thw: torch.Tensor | None = None,
-        video_grid_thw: torch.Tensor | None = None,
-        second_per_grid_ts: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mm_token_type_ids: torch.Tensor | None = None,
+        **fields: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Positions of ONE sub-sample (``input_ids`` ``[1, L]``), starting at 0."""
-        length = input_ids.shape[-1]
-        if self._host is None:
-            return torch.arange(length, dtype=torch.long)[None]
-        kwargs = {}
-        if second_per_grid_ts is not None:
-            kwargs["second_per_grid_ts"] = second_per_grid_ts
+        """Positions of ``input_ids`` ``[B, L]`` (one sub-sample per row; ``attention_mask`` marks a padded
+        batch's real tokens), each row starting at 0. ``fields``: the media fields by the forward's names
+        (``image_grid_thw``, ``video_grid_thw``, ``second_per_grid_ts``, ``video_second_per_grid``, ...)."""
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        if self._model is None:
+            return (mask.long().cumsum(-1) - 1).clamp(min=0)
+        if mm_token_type_ids is None:
+            mm_token_type_ids = self.mm_token_type_ids(input_ids)
+        available = {name: value.clone() for name, value in fields.items() if value is not None}  # some edit in place
+        available.update(input_ids=input_ids, attention_mask=mask, mm_token_type_ids=mm_token_type_ids)
         with torch.no_grad():
-            positions, _ = self._host.get_rope_index(
-                input_ids,
-                mm_token_type_ids=self.mm_token_type_ids(input_ids),
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=None if video_grid_thw is None else video_grid_thw.clone(),
-                **kwargs,
-            )
+            compute = getattr(self._model, "compute_3d_position_ids", None)
+            if compute is not None:
+                self._model.rope_deltas = None  # the forward's own state: never reuse another call's deltas
+                positions = compute(**_arguments(compute, available))
+                if positions is not None:
+                    return positions
+                # HunYuan-VL returns None without images: its text model then uses arange on every axis,
+                # which its get_rope_index gives too (one call, every axis)
+            for name, sources in _ALIASES.items():
+                available.setdefault(name, next((available[s] for s in sources if s in available), None))
+            positions, _ = self._model.get_rope_index(**_arguments(self._model.get_rope_index, available))
         return positions

@@ -7,6 +7,11 @@ Qwen2.5-VL videos); HF-encoder families produce other fields (``image_sizes``,
 keeps whatever the processor returned, concatenated over the pack's media in
 order, so ``model(**batch.model_kwargs())`` passes them through unchanged.
 
+A processor family (``processor_pack.py``) also keeps the per-token fields its processor hands the
+model (``mm_token_type_ids``: Gemma 4's and Molmo2's bidirectional vision blocks; ERNIE-4.5-VL's
+``moe_mm_token_type_ids``, which route its MoE experts): ``[1, S]`` over the pack's tokens
+(``concat_token_fields``), beside the media fields of the processor's batch call.
+
 It is read-only for users (a ``MappingProxyType`` view) and pickles as the plain
 dict behind it, so batches cross DataLoader worker processes.
 """
@@ -19,7 +24,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["VisionInputs", "concat_vision_inputs"]
+__all__ = ["VisionInputs", "concat_vision_inputs", "concat_token_fields"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,17 @@ def concat_vision_inputs(parts: list[Mapping[str, torch.Tensor]]) -> VisionInput
             )
         out[name] = torch.cat(_padded_to_largest(tensors), dim=0)
     return VisionInputs(out)
+
+
+def concat_token_fields(parts: list[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Per-token fields ``[1, L]`` of each sub-sample, in pack order -> ``[1, S]`` each. Every sub-sample carries
+    every field (the processor makes them for text-only samples too), so the tokens line up with ``input_ids``."""
+    names = {name for part in parts for name in part}
+    missing = [name for name in sorted(names) if any(name not in part for part in parts)]
+    if missing:
+        raise ValueError(f"per-token fields {missing} are missing for some sub-samples: they would not line up "
+                         "with the pack's input_ids")  # fmt: skip
+    return {name: torch.cat([part[name] for part in parts], dim=-1) for name in sorted(names)}
 
 
 _UNPADDED = frozenset({"pixel_values_videos"})
