@@ -44,6 +44,8 @@ TYPES = {
                                                  "video_token_id": "<|VIDEO_PLACEHOLDER|>",
                                                  "image_start_token_id": "<|IMAGE_START|>",
                                                  "video_end_token_id": "<|VIDEO_END|>"}),
+    "lfm3_vl": ("Lfm3VlConfig", {"image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>",
+                                 "vision_start_token_id": "<|vision_start|>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4"}
