@@ -50,9 +50,13 @@ TYPES = {
                                               "thinker_config.video_token_id": "<|video_pad|>",
                                               "thinker_config.audio_token_id": "<|audio_pad|>",
                                               "thinker_config.vision_start_token_id": "<|vision_start|>"}),
+    "qwen2_5_omni": ("Qwen2_5OmniConfig", {"thinker_config.image_token_id": "<|IMAGE|>",
+                                           "thinker_config.video_token_id": "<|VIDEO|>",
+                                           "thinker_config.audio_token_id": "<|AUDIO|>",
+                                           "thinker_config.vision_start_token_id": "<|vision_bos|>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
-SHARED_PREPROCESSOR = {"gemma4", "qwen3_omni_moe"}
+SHARED_PREPROCESSOR = {"gemma4", "qwen3_omni_moe", "qwen2_5_omni"}
 _SECTIONS = {"image_processor": "IMAGE", "video_processor": "VIDEO", "feature_extractor": "AUDIO"}
 
 

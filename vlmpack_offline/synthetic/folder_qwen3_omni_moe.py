@@ -40,8 +40,8 @@ from pathlib import Path
 from .processor_dir import tokenizer_folder
 
 __all__ = [
-    "AUDIO", "HUB_PREPROCESSOR", "IMAGE", "NAMES", "OmniFolder", "PROCESSOR", "PROCESSOR_CLASS", "QWEN3_OMNI",
-    "TEMPLATE", "TOKENS", "VIDEO", "build", "build_omni",
+    "AUDIO", "HUB_PREPROCESSOR", "IMAGE", "NAMES", "OMNI_FLAGS", "OmniFolder", "PIXELS", "PROCESSOR", "PROCESSOR_CLASS",
+    "QWEN3_OMNI", "SIZE", "TEMPLATE", "TOKENS", "VIDEO", "VIDEO_DEFAULTS", "WHISPER", "build", "build_omni",
 ]  # fmt: skip
 
 
@@ -64,18 +64,18 @@ class OmniFolder:
 
 
 _MEAN_STD = [0.5, 0.5, 0.5]
-_FLAGS = {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, "merge_size": 2,
+OMNI_FLAGS = {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, "merge_size": 2,
           "resample": 3, "rescale_factor": 1 / 255, "temporal_patch_size": 2}  # fmt: skip
-_WHISPER = {
+WHISPER = {
     "chunk_length": 300, "dither": 0.0, "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 128,
     "hop_length": 160, "n_fft": 400, "n_samples": 4800000, "nb_max_frames": 30000, "padding_side": "right",
     "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": 16000,
 }  # fmt: skip
-# Qwen2VLVideoProcessor's class defaults that the shared file does not set
-_VIDEO_DEFAULTS = {"do_sample_frames": False, "max_frames": 768, "max_video_tokens": 128000, "min_frames": 4,
+# Qwen2VLVideoProcessor's class defaults that the shared file does not set (shared by both generations below)
+VIDEO_DEFAULTS = {"do_sample_frames": False, "max_frames": 768, "max_video_tokens": 128000, "min_frames": 4,
                    "return_metadata": False, "video_processor_type": "Qwen2VLVideoProcessor"}  # fmt: skip
-_PIXELS = {"min_pixels": 3136, "max_pixels": 12845056}
-_SIZE = {"size": {"longest_edge": 12845056, "shortest_edge": 3136}}
+PIXELS = {"min_pixels": 3136, "max_pixels": 12845056}
+SIZE = {"size": {"longest_edge": 12845056, "shortest_edge": 3136}}
 
 TEMPLATE = """{%- for message in messages -%}
     {{- '<|im_start|>' + message['role'] + '\\n' -}}
@@ -110,13 +110,13 @@ QWEN3_OMNI = OmniFolder(
             "<|audio_start|>", "<|audio_end|>"],  # fmt: skip
     template=TEMPLATE,
     hub_preprocessor={
-        **_WHISPER, **_PIXELS, "image_mean": _MEAN_STD, "image_processor_type": "Qwen2VLImageProcessor",
+        **WHISPER, **PIXELS, "image_mean": _MEAN_STD, "image_processor_type": "Qwen2VLImageProcessor",
         "image_std": _MEAN_STD, "merge_size": 2, "patch_size": 16, "temporal_patch_size": 2,
     },  # fmt: skip
-    image={**_FLAGS, **_SIZE, "image_processor_type": "Qwen2VLImageProcessor", "image_mean": _MEAN_STD,
+    image={**OMNI_FLAGS, **SIZE, "image_processor_type": "Qwen2VLImageProcessor", "image_mean": _MEAN_STD,
            "image_std": _MEAN_STD, "patch_size": 16},  # fmt: skip
-    video={**_FLAGS, **_SIZE, **_VIDEO_DEFAULTS, "image_mean": _MEAN_STD, "image_std": _MEAN_STD, "patch_size": 16},
-    audio=_WHISPER,
+    video={**OMNI_FLAGS, **SIZE, **VIDEO_DEFAULTS, "image_mean": _MEAN_STD, "image_std": _MEAN_STD, "patch_size": 16},
+    audio=WHISPER,
     thinker={"model_type": "qwen3_omni_moe_thinker", "position_id_per_seconds": 13},
     id_keys={"image_token_id": "image_token", "video_token_id": "video_token", "audio_token_id": "audio_token",
              "vision_start_token_id": "vision_bos_token", "vision_end_token_id": "vision_eos_token",
