@@ -54,6 +54,8 @@ TYPES = {
                                            "thinker_config.video_token_id": "<|VIDEO|>",
                                            "thinker_config.audio_token_id": "<|AUDIO|>",
                                            "thinker_config.vision_start_token_id": "<|vision_bos|>"}),
+    "paddleocr_vl": ("PaddleOCRVLConfig", {"image_token_id": "<|IMAGE_PLACEHOLDER|>",
+                                           "vision_start_token_id": "<|IMAGE_START|>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4", "qwen3_omni_moe", "qwen2_5_omni"}
@@ -73,7 +75,8 @@ class _Folders(dict):
 
     def __missing__(self, key: tuple[str, str]) -> Path:
         model_type, layout = key
-        self[key] = build_processor_dir(self.root / f"{model_type}_{layout}", model_type, layout=layout, video=True)
+        video = _module(model_type).VIDEO is not None
+        self[key] = build_processor_dir(self.root / f"{model_type}_{layout}", model_type, layout=layout, video=video)
         return self[key]
 
 
