@@ -56,6 +56,8 @@ TYPES = {
                                            "thinker_config.vision_start_token_id": "<|vision_bos|>"}),
     "paddleocr_vl": ("PaddleOCRVLConfig", {"image_token_id": "<|IMAGE_PLACEHOLDER|>",
                                            "vision_start_token_id": "<|IMAGE_START|>"}),
+    "hunyuan_vl": ("HunYuanVLConfig", {"image_token_id": "<｜hy_place▁holder▁no▁102｜>",
+                                       "im_start_id": "<｜hy_place▁holder▁no▁100｜>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4", "qwen3_omni_moe", "qwen2_5_omni"}
