@@ -101,6 +101,10 @@ class GenericFamily:
         self.adapter = adapter
         merged = processor._merge_kwargs(tokenizer_init_kwargs=self.tokenizer.init_kwargs)  # as its __call__ merges
         self.images_kwargs, self.videos_kwargs = merged["images_kwargs"], merged["videos_kwargs"]
+        # replace_*_token get the modality's keywords (ProcessorMixin._process_images / _process_videos) or the
+        # whole merged set (the omni mixin's _process_videos, tf/processing_utils.py): both, the modality's winning
+        self._replace_images = {**merged, **self.images_kwargs}
+        self._replace_videos = {**merged, **self.videos_kwargs}
         self.takes_image = getattr(processor, "image_processor", None) is not None and bool(getattr(processor, "image_token", None))
         self.takes_video = getattr(processor, "video_processor", None) is not None and bool(getattr(processor, "video_token", None))
         self.no_video_reason = f"{type(processor).__name__} has no video processor or video token"
@@ -119,7 +123,7 @@ class GenericFamily:
 
     def _image_expansion(self, height: int, width: int) -> Expansion:
         fields = self.adapter.image(self.processor, height, width, self.images_kwargs)
-        return self._expansion(self.processor.replace_image_token(fields.fields, 0, **self.images_kwargs), fields)
+        return self._expansion(self.processor.replace_image_token(fields.fields, 0, **self._replace_images), fields)
 
     def _video_expansion(self, frames: tuple[int, ...], fps: float, total: int, height: int, width: int) -> Expansion:
         from transformers.video_utils import VideoMetadata
@@ -127,7 +131,7 @@ class GenericFamily:
         metadata = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=width, height=height,
                                  frames_indices=list(frames))  # fmt: skip
         fields = self.adapter.video(self.processor, len(frames), height, width, metadata, self.videos_kwargs)
-        text = self.processor.replace_video_token(copy.deepcopy(fields.fields), 0, **self.videos_kwargs)
+        text = self.processor.replace_video_token(copy.deepcopy(fields.fields), 0, **self._replace_videos)
         return self._expansion(text, fields)
 
     def expansion(self, media: MediaInfo, *, part: str = "") -> Expansion:
@@ -209,12 +213,11 @@ def _text_edges(processor) -> tuple[str, str]:
 def build_generic(path: str | Path, model_type: str, processor_kwargs: dict, *, trust_remote_code: bool = False) -> GenericFamily:
     """The generic family for a folder: its processor from its parts, a written-out rule standing in for a video
     processor whose module needs torchvision. ``Unservable`` (one line) where it cannot count the folder."""
-    from ..tokens.processor_parts import build_processor
+    from ..tokens.processor_parts import build_processor, video_processor_name
     from .video_rules import stand_in_for
 
     path = Path(path)
-    video_class = _video_class(path)
-    stand_in_class = stand_in_for(video_class)
+    stand_in_class = stand_in_for(video_processor_name(path, model_type))
     try:
         parts = build_processor(path, model_type, processor_kwargs, trust_remote_code=trust_remote_code,
                                 skip=frozenset({"video_processor"}) if stand_in_class else frozenset())  # fmt: skip
@@ -238,10 +241,6 @@ def build_generic(path: str | Path, model_type: str, processor_kwargs: dict, *, 
         raise Unservable(str(exc)) from None
 
 
-def _video_class(path: Path) -> str:
-    from ..tokens.rules import processor_settings  # the tokens package imports the families
-
-    return str(processor_settings(path)[1].get("video_processor_type") or "")
 
 
 @functools.lru_cache(maxsize=8)

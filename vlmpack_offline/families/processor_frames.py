@@ -35,15 +35,34 @@ whose rule fails on every video (InternVL with neither ``fps`` nor ``num_frames`
 both) is a ``ConfigError``. Under this sampling the ``video:`` section's frame and pixel fields are not read
 (the folder's rule is the processor's): setting one is a ``ConfigError`` (``check_video_fields``), and
 ``video.sampler: qwen_vl_utils`` picks the shared sampler instead.
+
+Families without a module (the slow path, ``tokens/slow.py``) sample as their loaded processor does
+(``processor_rule``): its video processor's own ``sample_frames``, called as ``VideoProcessorMixin.preprocess``
+calls it (tf/video_processing_utils.py: every ``valid_kwargs`` key, the instance's value unless the call
+passes one), with the ``videos_kwargs`` the processor's ``__call__`` passes (``ProcessorMixin._merge_kwargs``,
+tf/processing_utils.py: the processor class's own ``videos_kwargs`` over the video processor's saved
+settings), on a ``VideoMetadata`` of the reader's numbers. Where the merged ``do_sample_frames`` is false
+(Qwen2VLVideoProcessor's default: the omni models) it takes every frame. Frames keep their decoded size:
+the processor resizes them itself. Measured rules, transformers 5.24 defaults::
+
+    Gemma4VideoProcessor      num_frames 32: arange(32) * n // 32; refuses n < 32
+    Glm5NextVideoProcessor    one frame per 1/fps s (fps 2), at most 2048, duplicates dropped, even count
+    Molmo2VideoProcessor      64 frames, at most duration * max_fps (2) when faster; arange(0, n, n / k)
+    Ernie4_5_VLMoe...         every frame, 16 .. 180 of them
+    Qwen3VLVideoProcessor     (lfm3_vl) fps 2, 4 .. 768 frames, linspace
+    Qwen2VLVideoProcessor     (qwen3_omni_moe, qwen2_5_omni) do_sample_frames false: every frame
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
@@ -53,34 +72,51 @@ if TYPE_CHECKING:
     from ..config import VideoConfig
     from ..media import VideoInfo, VideoSampling
 
-__all__ = ["FrameRule", "frame_rule", "internvl_indices", "check_video_fields"]
+__all__ = ["FrameRule", "frame_rule", "processor_rule", "internvl_indices", "check_video_fields",
+           "check_processor_video_fields"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FrameRule:
     """How a family's video processor samples frames itself (``do_sample_frames: true``)."""
 
-    processor: str  # who samples, for messages: "InternVL", "LLaVA-OneVision"
-    internvl: bool  # InternVLVideoProcessor.sample_frames (initial_shift, no floor of 1); else BaseVideoProcessor's
+    processor: str  # who samples, for messages: "InternVL", "LLaVA-OneVision", "Gemma4VideoProcessor"
+    internvl: bool = False  # InternVLVideoProcessor.sample_frames (initial_shift, no floor of 1); else BaseVideoProcessor's
     num_frames: int | None  # frames per video (the folder's, or model.processor_kwargs')
     fps: float | None  # frames per second of video
     initial_shift: bool | float = True  # InternVL: the first frame's offset in frames (true: half a step)
-    where: str  # where do_sample_frames: true comes from, for messages: "the folder", "model.processor_kwargs"
+    where: str  # where do_sample_frames comes from, for messages: "the folder", "model.processor_kwargs"
+    own: Callable[..., Any] | None = None  # processor_rule: a loaded video processor's sample_frames with the keywords
+    # its processor's call hands it (then num_frames / fps above are for messages only); None: the rules written out
+    reads: tuple[tuple[str, Any], ...] = ()  # processor_rule: the settings its sample_frames takes by name, for messages
+    samples: bool = True  # do_sample_frames; false (processor_rule only): the processor takes every frame it is given
 
     def describe(self) -> str:
         """The rule in words (the scan's summary line)."""
+        if not self.samples:
+            return f"every frame, as {self.processor} takes them (do_sample_frames: false in {self.where})"
+        if self.own is not None:
+            what = ", ".join(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}"
+                             for name, value in self.reads if value is not None) or "its defaults"  # fmt: skip
+            return f"frames as {self.processor}.sample_frames picks them ({what}; do_sample_frames: true in {self.where})"
         what = f"num_frames {self.num_frames}" if self.num_frames is not None else (
             f"fps {self.fps:g}" if self.fps is not None else "every frame")  # fmt: skip
         if self.num_frames is not None and self.fps is not None:  # InternVL: num_frames wins (LLaVA refuses both)
             what += f", its fps {self.fps:g} not read"
         return f"frames as the {self.processor} video processor samples them ({what}; do_sample_frames: true in {self.where})"
 
-    def frames(self, n_frames: int, native_fps: float, *, part: str) -> tuple[int, ...]:
+    def frames(self, n_frames: int, native_fps: float, *, part: str, backend: str | None = None,
+               size: tuple[int, int] | None = None) -> tuple[int, ...]:
         """The frame indices the processor samples from a video of ``n_frames`` at ``native_fps``; raises
-        ``DropError`` (``unsupported_media``) where the processor refuses the video."""
+        ``DropError`` (``unsupported_media``) where the processor refuses the video. ``backend`` and ``size``
+        (height, width): the reader's, for a processor's own ``sample_frames`` (``VideoMetadata`` carries them)."""
         why = f"do_sample_frames: true in {self.where}"
         if n_frames < 1 or not native_fps > 0:
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: {n_frames} frames at {native_fps} fps: no video to sample")
+        if not self.samples:
+            return tuple(range(n_frames))
+        if self.own is not None:
+            return self._own_frames(n_frames, native_fps, part=part, backend=backend, size=size)
         if self.num_frames is not None and (self.internvl or self.fps is None):
             wanted, asked = self.num_frames, f"num_frames {self.num_frames}"
         elif self.fps is not None:
@@ -113,13 +149,40 @@ class FrameRule:
                             f"from this {n_frames}-frame video (initial_shift {self.initial_shift}; {why})")  # fmt: skip
         return tuple(indices)
 
-    def sampling(self, info: VideoInfo, *, tile: tuple[int, int], part: str) -> VideoSampling:
-        """``frames`` as a ``VideoSampling`` at the ``tile`` size (the video processor resizes every frame to it)."""
+    def _own_frames(self, n_frames: int, native_fps: float, *, part: str, backend: str | None,
+                    size: tuple[int, int] | None) -> tuple[int, ...]:
+        """``own`` on the ``VideoMetadata`` transformers' readers build (duration = frames / rate)."""
+        from transformers.video_utils import VideoMetadata
+
+        height, width = size if size is not None else (None, None)
+        metadata = VideoMetadata(total_num_frames=n_frames, fps=native_fps, duration=n_frames / native_fps,
+                                 width=width, height=height, video_backend=backend)  # fmt: skip
+        try:
+            indices = [int(i) for i in self.own(metadata=metadata)]
+        except Exception as exc:  # noqa: BLE001 - the processor's own refusal (ValueError mostly), named below
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise DropError(Reason.UNSUPPORTED_MEDIA, (
+                f"{part}: {self.describe()} refuses this video of {n_frames} frames at {native_fps:g} fps "
+                f"({n_frames / native_fps:.3f} s): {type(exc).__name__}: {text}")) from None  # fmt: skip
+        if not indices:
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {self.describe()} picks no frame of this video of "
+                            f"{n_frames} frames at {native_fps:g} fps")  # fmt: skip
+        if min(indices) < 0 or max(indices) >= n_frames:
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {self.describe()} picks frame {max(indices)} "
+                            f"of this video of {n_frames} frames at {native_fps:g} fps, which has none such")  # fmt: skip
+        return tuple(indices)
+
+    def sampling(self, info: VideoInfo, *, tile: tuple[int, int] | None, part: str) -> VideoSampling:
+        """``frames`` as a ``VideoSampling`` at the ``tile`` size (the video processor resizes every frame to it);
+        ``tile`` None: at the size the reader decodes (the processor resizes them itself: ``processor_rule``)."""
         from ..media import VideoSampling
 
+        height, width = tile if tile is not None else (info.height, info.width)
         return VideoSampling(
-            frame_indices=self.frames(info.n_frames, info.native_fps, part=part), resized_height=tile[0],
-            resized_width=tile[1], native_fps=info.native_fps, total_frames=info.n_frames,
+            frame_indices=self.frames(info.n_frames, info.native_fps, part=part, backend=info.backend,
+                                      size=(info.height, info.width)),
+            resized_height=height, resized_width=width, native_fps=info.native_fps, total_frames=info.n_frames,
+            rotation=info.rotation, upright=info.upright,
         )  # fmt: skip
 
 
@@ -172,6 +235,62 @@ def frame_rule(path: Path, kwargs: dict, *, processor: str, internvl: bool) -> F
     )  # fmt: skip
 
 
+def processor_rule(processor, *, path: Path | str, kwargs: dict) -> FrameRule | None:
+    """How a loaded HF ``processor`` takes each video's frames (module doc: the slow path's rule); None where it has
+    no video processor. ``kwargs``: ``model.processor_kwargs`` (``from_pretrained`` already handed them to the
+    video processor; here they only say where ``do_sample_frames`` came from). A rule that refuses every video
+    (``num_frames`` and ``fps`` both set for ``BaseVideoProcessor.sample_frames``) is a ``ConfigError``."""
+    from ..tokens.rules import processor_settings  # the tokens package imports the families
+
+    video_processor = getattr(processor, "video_processor", None)
+    if video_processor is None:
+        return None
+    tokenizer = getattr(processor, "tokenizer", None)
+    merged = processor._merge_kwargs(tokenizer_init_kwargs=getattr(tokenizer, "init_kwargs", {}))["videos_kwargs"]
+    settings = {name: getattr(video_processor, name, None) for name in video_processor.valid_kwargs.__annotations__}
+    settings.update(merged)  # preprocess: the call's keywords, else the instance's (setdefault)
+    samples = bool(settings.pop("do_sample_frames", None))
+    settings.pop("video_metadata", None)
+    name = getattr(video_processor, "stands_for", None) or type(video_processor).__name__  # video_rules.py's stand-ins
+    if "do_sample_frames" in kwargs:
+        where = "model.processor_kwargs"
+    elif "do_sample_frames" in (getattr(type(processor), "videos_kwargs", None) or {}):
+        where = f"{type(processor).__name__}.videos_kwargs"
+    elif "do_sample_frames" in processor_settings(Path(path))[1]:
+        where = "the folder"
+    else:
+        where = f"{name}'s defaults"
+    if not samples:
+        return FrameRule(processor=name, num_frames=None, fps=None, where=where, samples=False)
+    parameters = inspect.signature(video_processor.sample_frames).parameters.values()
+    reads = tuple((p.name, settings.get(p.name)) for p in parameters
+                  if p.name != "metadata" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))  # fmt: skip
+    rule = FrameRule(
+        processor=name, num_frames=settings.get("num_frames"), fps=settings.get("fps"), where=where,
+        own=functools.partial(video_processor.sample_frames, **settings), reads=reads,
+    )  # fmt: skip
+    _check_some_video_passes(rule, path)
+    return rule
+
+
+# a clip of 10 s and one of an hour, at 30 fps: a rule that refuses both refuses (nearly) every video
+_TRIAL_VIDEOS = ((300, 30.0), (108_000, 30.0))
+
+
+def _check_some_video_passes(rule: FrameRule, path: Path | str) -> None:
+    refusals = []
+    for n_frames, fps in _TRIAL_VIDEOS:
+        try:
+            rule.frames(n_frames, fps, part="video")
+            return
+        except DropError as exc:
+            refusals.append(str(exc))
+    raise ConfigError(f"{path}: the video processor refuses a {_TRIAL_VIDEOS[0][0] / _TRIAL_VIDEOS[0][1]:g} s and a "
+                      f"{_TRIAL_VIDEOS[1][0] / _TRIAL_VIDEOS[1][1]:g} s video alike, so it would refuse every video "
+                      f"({refusals[0].removeprefix('video: ')}); fix its settings in the folder or "
+                      "model.processor_kwargs, or set video.sampler: qwen_vl_utils to use the shared sampler")  # fmt: skip
+
+
 _READ = frozenset({"sampler", "reader"})  # what the processor's own sampling reads of video:
 
 
@@ -188,13 +307,32 @@ def check_video_fields(rule: FrameRule | None, video: VideoConfig, *, family: st
                 "model.processor_kwargs"
             )
         return
+    _refuse_unread(video, family=family, how=rule.describe())
+
+
+def check_processor_video_fields(video: VideoConfig, *, model_type: str, rule: FrameRule | None = None) -> None:
+    """The slow path's ``check_video_fields``: its videos are sampled by the processor's own rule
+    (``processor_rule``), or dropped where it has no video processor, so no ``video:`` field but ``reader``
+    (and ``sampler: hf_processor``, which names that rule) applies; the shared sampler is not offered (the
+    generic path's frames are the processor's too, and a folder may take either path). Called at config time
+    (``rules.load_model_rules``, before the processor is loaded) and with the loaded ``rule`` (its words)."""
+    how = rule.describe() if rule is not None else (
+        "its own sample_frames with its folder's settings and model.processor_kwargs")  # fmt: skip
+    if video.sampler == "qwen_vl_utils":
+        raise ConfigError(f"video.sampler = 'qwen_vl_utils': {model_type} has no family module, so its videos are "
+                          f"sampled as its processor samples them ({how}); remove video.sampler and set the "
+                          "frame settings in the processor folder or model.processor_kwargs")  # fmt: skip
+    _refuse_unread(video, family=model_type, how=how)
+
+
+def _refuse_unread(video: VideoConfig, *, family: str, how: str) -> None:
     if video.sampler == "qwen_vl_utils":  # the shared sampler, by choice: every frame field applies
         return
     ignored = [f.name for f in dataclasses.fields(video) if getattr(video, f.name) is not None and f.name not in _READ]
     if ignored:
         names, them = ", ".join(f"video.{name}" for name in ignored), "them" if len(ignored) > 1 else "it"
         raise ConfigError(
-            f"{names}: {family} videos are sampled by its video processor itself, {rule.describe()}, which never "
+            f"{names}: {family} videos are sampled by its video processor itself, {how}, which never "
             f"reads {them}; remove {them} (set fps or num_frames in the folder or model.processor_kwargs), or set "
             "video.sampler: qwen_vl_utils to use the shared sampler"
         )

@@ -75,11 +75,12 @@ class WrittenVideoRule:
 
     @classmethod
     def from_folder(cls, path, processor_kwargs: dict) -> WrittenVideoRule:
-        """As ``from_pretrained`` builds the class: the folder's video settings (either layout), then the
-        ``model.processor_kwargs`` its ``valid_kwargs`` name (``from_dict``)."""
-        from ..tokens.rules import processor_settings  # the tokens package imports the families
+        """As ``from_pretrained`` builds the class: the folder's video settings where transformers looks for them
+        (``processor_parts.video_settings``), then the ``model.processor_kwargs`` its ``valid_kwargs`` name
+        (``from_dict``)."""
+        from ..tokens.processor_parts import video_settings  # the tokens package imports the families
 
-        settings = dict(processor_settings(path)[1])
+        settings = dict(video_settings(path))
         settings.update({k: v for k, v in processor_kwargs.items() if k in cls.valid_kwargs.__annotations__})
         return cls(cls.standardize(settings))
 

@@ -27,6 +27,7 @@ A part that cannot be built is None in the processor and named in ``ProcessorPar
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ..errors import ConfigError
 from ..model_type import read_json
 from ..remote_code import load_pretrained
 
-__all__ = ["Part", "ProcessorParts", "build_processor", "find_class", "processor_class"]
+__all__ = ["Part", "ProcessorParts", "build_processor", "find_class", "processor_class", "video_processor_name", "video_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,47 @@ def find_class(name: str, model_type: str) -> type:
     raise ImportError(f"transformers has no class {name}")
 
 
+def video_settings(path: str | Path) -> dict:
+    """The video processor's saved settings as ``from_pretrained`` finds them: ``processor_config.json``'s
+    ``video_processor``, else ``video_preprocessor_config.json``, else ``preprocessor_config.json`` (the hub's
+    Qwen-Omni folders keep one file for every part); {} when there are none."""
+    from transformers.video_processing_utils import BaseVideoProcessor
+
+    try:
+        return BaseVideoProcessor.get_video_processor_dict(str(path), local_files_only=True)[0]
+    except OSError:
+        return {}
+
+
+def video_processor_name(path: str | Path, model_type: str) -> str:
+    """The video processor class: the folder's ``video_processor_type``, else transformers' auto table for
+    ``model_type`` (read from its source: without torchvision the loaded table holds None for every class,
+    models/auto/video_processing_auto.py), else ""."""
+    named = video_settings(path).get("video_processor_type")
+    return named if isinstance(named, str) and named else _auto_video_names().get(model_type, "")
+
+
+@functools.cache
+def _auto_video_names() -> dict[str, str]:
+    import ast
+    import importlib.util
+
+    names: dict[str, str] = {}
+    for module in ("auto_mappings", "video_processing_auto"):  # read, not imported (the package's lazy
+        spec = importlib.util.find_spec(f"transformers.models.auto.{module}")  # attribute is a placeholder)
+        if spec is None or not spec.origin:
+            continue
+        for node in ast.walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
+            targets = [getattr(t, "id", "") for t in getattr(node, "targets", ())]
+            if isinstance(node, ast.Assign) and {"VIDEO_PROCESSOR_MAPPING_NAMES", "MISSING_VIDEO_PROCESSOR_MAPPING_NAMES"} & set(targets):
+                if isinstance(node.value, ast.Call) and node.value.args:
+                    for model_type, classes in ast.literal_eval(node.value.args[0]):
+                        name = (classes or {}).get("torchvision")
+                        if name:
+                            names[model_type] = name
+    return names
+
+
 def _settings(path: Path, section: str, hub: str) -> dict:
     """A part's saved settings, either layout (the hub file wins, as from_pretrained reads it first)."""
     return read_json(path / hub) or (read_json(path / "processor_config.json").get(section) or {})
@@ -139,7 +181,14 @@ def _build_part(attribute: str, path: Path, model_type: str, kwargs: dict, trust
         return _named_part(attribute, path, model_type, kwargs, "image_processor_type", "preprocessor_config.json",
                            fallback_error=auto_error)  # fmt: skip
     if attribute == "video_processor":
-        return _named_part(attribute, path, model_type, kwargs, "video_processor_type", "video_preprocessor_config.json")
+        name = video_processor_name(path, model_type)
+        if not name:
+            return None, Part(attribute=attribute, class_name="?", why="neither the folder nor transformers names "
+                              f"a video processor class for {model_type}")  # fmt: skip
+        try:
+            return find_class(name, model_type).from_pretrained(folder, **kwargs), Part(attribute=attribute, class_name=name)
+        except Exception as exc:
+            return None, Part(attribute=attribute, class_name=name, why=str(exc) or type(exc).__name__)
     if attribute == "feature_extractor":
         try:
             built = load_pretrained(AutoFeatureExtractor.from_pretrained, folder, trust_remote_code=trust, **kwargs)

@@ -57,7 +57,7 @@ from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
 from ..families import FAST_FAMILIES, QWEN3_FAMILIES, QWEN_FAMILIES, family_for, family_of
 from ..families.generic import GenericRules, kwargs_json
-from ..families.processor_frames import FrameRule, check_video_fields
+from ..families.processor_frames import FrameRule, check_processor_video_fields, check_video_fields
 from ..media.video import recipe_video
 from ..media.video_meta import check_reader_installed
 from ..model_type import read_json as _read_json
@@ -354,7 +354,8 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     samples_itself = own is not None and own.sampler == "hf_processor"
     if samples_itself:  # from_pretrained hands processor_kwargs' size / fps to that video processor too
         video_pre = {**video_pre, **{k: model.processor_kwargs[k] for k in ("size", "fps") if k in model.processor_kwargs}}
-    folder = _folder_video(video_pre, qwen3=rules.qwen3 or samples_itself, frame_rule=rules.frame_rule is not None)
+    folder = _folder_video(video_pre, qwen3=rules.qwen3 or samples_itself, frame_rule=rules.frame_rule is not None) \
+        if rules.generic is None else None  # the generic path: the processor samples with its own settings
     resolved = resolve_video(video, folder, own, factor=rules.factor)
     if own is not None and own.sampler is not None and resolved.sampler != own.sampler:  # before any sample
         raise ConfigError(
@@ -363,8 +364,11 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
         )
     if video is not None and family is not None and not text_only:
         _check_video_fields(video, family, resolved.sampler)
+    if video is not None and family is None and not text_only:  # the slow path: its processor's own frame rule
+        check_processor_video_fields(video, model_type=str(model_type))
     if family is not None and family.takes_video and not text_only:
-        _check_resolved_bounds(resolved, video)
+        if rules.generic is None:  # (the generic path reads the reader alone)
+            _check_resolved_bounds(resolved, video)
         check_reader_installed(resolved.reader)
         if resolved.sampler == "hf_processor" and str(model_type) in QWEN_FAMILIES and not rules.qwen3:
             raise ConfigError(

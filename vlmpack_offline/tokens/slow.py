@@ -2,12 +2,19 @@
 
 Used only when ``model_type`` is not in ``FAST_FAMILIES``: the processor decides
 how media expand (Pixtral, LLaVA, ...), so we run it on every sample.
-Images are passed as opened by PIL (no EXIF transpose), videos as the frames of
-the shared sampler, so the loader can feed the processor exactly the same inputs::
+Images are passed as opened by PIL (no EXIF transpose), videos as the frames the processor's
+own rule picks, so the loader can feed the processor exactly the same inputs::
 
-    videos          frames of the shared sampler, already sampled: do_sample_frames=False, and
-                    video_metadata = VideoMetadata(total_num_frames, fps, frames_indices, width, height)
-                    per video (GLM-4V-style processors read the timestamps from it)
+    frames          the video processor's own sample_frames, with its defaults, the folder's settings and
+                    model.processor_kwargs, merged as the processor's __call__ merges them, on the reader's
+                    frame count and rate (video.reader): ``families/processor_frames.processor_rule``. A video
+                    the rule refuses (Gemma4's 32 frames of a shorter clip) is dropped as unsupported_media
+                    naming the rule and the numbers. No video: field but reader applies: setting one is a
+                    ConfigError (families/processor_frames.check_processor_video_fields)
+    videos          those frames decoded at the reader's size (the processor resizes them itself), with
+                    do_sample_frames=False and video_metadata = VideoMetadata(total_num_frames, fps,
+                    frames_indices, width, height) per video: the processor's own call on the whole video
+                    would pick the same frames and read the same timestamps (frames_indices / fps)
     media_tokens    ids among the processor's image_token_ids + video_token_ids (the tokens its
                     model marks as media: Gemma3's soft tokens, Pixtral's [IMG] [IMG_BREAK] [IMG_END])
     unsupported     a video for a processor without a video processor (an image for one without an
@@ -23,12 +30,13 @@ from dataclasses import dataclass
 from ..config import Config
 from ..conversation import Conversation
 from ..errors import ConfigError
-from ..media import decode_frames, open_image
+from ..families.processor_frames import check_processor_video_fields, processor_rule
+from ..media import decode_frames, open_image, probe_video
 from ..reasons import DropError, Reason
 from ..remote_code import load_pretrained, trusted
 from .counter import Count, render_or_drop, require_labels
 from .media_info import VideoMedia, probe_media
-from .rules import ModelRules, load_model_rules
+from .rules import ModelRules, load_model_rules, resolve_video
 from .spans import ChatRenderer
 
 __all__ = ["RawMedia", "SlowCounter", "video_metadata"]
@@ -77,6 +85,11 @@ class SlowCounter:
         self._takes = {
             kind: getattr(self.processor, f"{kind}_processor", None) is not None for kind in ("image", "video")
         }
+        self.reader = resolve_video(self.video, rules.video, factor=rules.factor).reader
+        # the frames of each video: the processor's own rule (None: it has no video processor)
+        self.frame_rule = processor_rule(self.processor, path=rules.processor_path, kwargs=config.model.processor_kwargs)
+        if self.frame_rule is not None:  # the video: fields it never reads (load_model_rules said so before loading)
+            check_processor_video_fields(self.video, model_type=rules.model_type, rule=self.frame_rule)
 
     @classmethod
     def from_config(cls, config: Config) -> SlowCounter:
@@ -89,10 +102,12 @@ class SlowCounter:
                 f"{part or kind}: the {self.rules.model_type} processor ({type(self.processor).__name__}) has no "
                 f"{kind} processor, so this {kind} cannot be fed to the model; drop it from the sample",
             )
-        info = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
-        return RawMedia(
-            kind=kind, data=data, part=part or kind, video=info if isinstance(info, VideoMedia) else None
-        )
+        if kind == "video":  # the processor's own frames, at the reader's size
+            video = probe_video(data, reader=self.reader, part=part or kind)
+            sampling = self.frame_rule.sampling(video, tile=None, part=part or kind)
+            return RawMedia(kind=kind, data=data, part=part or kind, video=VideoMedia(sampling=sampling, span=video.span))
+        probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)  # an image's header
+        return RawMedia(kind=kind, data=data, part=part or kind)
 
     def count_many(
         self, samples: Sequence[tuple[Conversation, Sequence[RawMedia]]]
@@ -112,7 +127,7 @@ class SlowCounter:
         videos = [m.video.sampling for m in media if m.kind == "video" and m.video]
         kwargs: dict = {}
         if videos:  # frames are sampled already: the processor must neither re-sample nor guess the timing
-            kwargs = {
+            kwargs = {  # at the reader's size (the sampling's): the processor resizes them itself
                 "videos": [decode_frames(m.data, m.video.sampling) for m in media if m.kind == "video" and m.video],
                 "video_metadata": [video_metadata(sampling) for sampling in videos],
                 "do_sample_frames": False,
