@@ -28,12 +28,30 @@ with the walk and without it (the scan module's ``check_image`` replaced by a no
 within each pair; CPU seconds per pass, min / median / max of each.
 
     python benchmarks/bench_scan.py [--samples 1200] [--baseline-samples 150] [--shards 8] [--repeats 3]
+
+**Generic families** (``--family`` one of ``tokens.proof.SUITE_PROVEN``: gemma4, glm5_next, molmo2, ...): the
+generic fast path (``families/generic.py``, proven at folder load) against the slow path (``tokens/slow.py``: the
+folder's own processor on decoded images and frames) in the same run, on the same mixed shards (text, one and
+two images, videos). Both are one ``ShardScanner`` (what a scan worker holds), the slow one given the
+``SlowCounter`` the scan falls back to where the proof fails; the first shard is scanned untimed by each as a
+warm-up, then every other shard is timed (the generic path ``--repeats`` times, median pass). Every sample must
+get the same status and ``token_len`` from both (a video the processor's rule refuses is a drop in both).
+Setup is reported apart: the generic path's includes its proof (a fresh proof cache), the slow path's loading
+``AutoProcessor``. Both run with ``loss.train_on: all``: with the default (assistant turns) the synthetic Gemma4
+and Molmo2 folders drop every sample as ``no_labels`` (their templates' generation prompt is not a prefix of the
+rendered answer turn), on either path. The slow path needs torchvision: run it in ``.venv-ref``, with ``LD_LIBRARY_PATH`` as
+``make test-ref`` sets it::
+
+    LD_LIBRARY_PATH="$(.venv-ref/bin/python -m vlmpack_offline.synthetic.torchcodec_env .venv-ref/ffmpeg-libs)" \
+        .venv-ref/bin/python benchmarks/bench_scan.py --family gemma4 --samples 120 --shards 4
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
+import os
 import random
 import shlex
 import statistics
@@ -61,9 +79,15 @@ from vlmpack_offline.media import check_image
 from vlmpack_offline.stages import _scan_shard, scan
 from vlmpack_offline.stages._scan_shard import ShardScanner, ShardTask
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, write_shard
+from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, video_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range
 from vlmpack_offline.tokens import load_tokenizer
+from vlmpack_offline.tokens.factory import counting_path
+from vlmpack_offline.tokens.proof import SUITE_PROVEN
+
+MODULE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3",
+                   "llava_onevision")  # fmt: skip
+GENERIC_FAMILIES = tuple(sorted(SUITE_PROVEN))
 
 _WORDS = "the a cat dog red blue image shows sits near table window tree river city street car bird".split()
 
@@ -132,7 +156,8 @@ def reference_processor(family: str, processor_dir: Path, tokenizer):
     return AutoProcessor.from_pretrained(str(processor_dir))  # gemma3: builds without torchvision; kimi_k25, mistral3: need it
 
 
-def _config(shards: list[Path], processor_dir: Path, work: Path):
+def _config(shards: list[Path], processor_dir: Path, work: Path, train_on: str | None = None):
+    loss = {"loss": {"train_on": train_on}} if train_on else {}
     return config_from_dict(
         {
             "data": {
@@ -143,6 +168,7 @@ def _config(shards: list[Path], processor_dir: Path, work: Path):
             "sample": {"max_token_len": 1_000_000},
             "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
             "process": {"workers": 1},
+            **loss,
         },
         source="bench",
     )
@@ -217,6 +243,103 @@ def _no_walk(data: bytes, *, part: str = "image") -> None:
     return None
 
 
+# -- generic families: the generic fast path vs the slow path ------------------------------------------------
+# (kind, share of samples): text, one image, two images, one video
+MIX = (("text", 0.2), ("image", 0.35), ("two_images", 0.2), ("video", 0.25))
+
+
+def make_mixed_shards(root: Path, n_samples: int, n_shards: int, seed: int = 0) -> list[Path]:
+    """Samples of every kind in ``MIX`` (in turn, so every shard holds each): JPEGs of 300-1500 px a side, MP4s
+    of 24-96 frames at 8-30 fps and 96-192 px a side (small, so the slow path's decoding is cheap: this favours
+    it), a short Q/A."""
+    rng = random.Random(seed)
+    kinds = [kind for kind, share in MIX for _ in range(round(share * 20))]
+    per_shard: list[list[SyntheticSample]] = [[] for _ in range(n_shards)]
+    for index in range(n_samples):
+        kind = kinds[index % len(kinds)]
+        media: dict[str, bytes] = {}
+        if kind in ("image", "two_images"):
+            for i in range(1 if kind == "image" else 2):
+                media[f"img{i}.jpg"] = image_bytes(rng.randint(300, 1500), rng.randint(300, 1500), seed=index * 7 + i)
+        elif kind == "video":
+            media["clip.mp4"] = video_bytes(rng.randint(24, 96), rng.choice((8, 12, 24, 30)), rng.choice((96, 128, 192)),
+                                            rng.choice((96, 128, 160)), seed=index)  # fmt: skip
+        user = [{"type": "image" if part.endswith(".jpg") else "video",
+                 "image" if part.endswith(".jpg") else "video": part} for part in media]  # fmt: skip
+        user.append({"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))})
+        answer = " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        per_shard[index % n_shards].append(SyntheticSample(key=f"s{index:06d}", json={"messages": messages}, media=media))
+    return [write_shard(root / f"shard-{n:06d}.tar", samples) for n, samples in enumerate(per_shard)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PathRun:
+    """One path's scanner over the timed shards."""
+
+    line: str  # what vlmpack scan prints for it
+    setup_s: float  # scanner construction (the generic path: its proof; the slow path: AutoProcessor)
+    wall_s: float  # one pass over shards[1:] (the generic path: median of its passes)
+    cpu_s: float  # this process's CPU seconds for that pass
+    results: dict[str, tuple[str, int]]  # sample id -> (status, token_len)
+
+
+def _pass(scanner: ShardScanner, tasks: list[ShardTask]) -> tuple[float, float, dict[str, tuple[str, int]]]:
+    start, start_cpu = time.perf_counter(), time.process_time()
+    records = [r for task in tasks for r in scanner.scan(task).samples]
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    return wall, cpu, {r.id: (r.status, r.token_len) for r in records}
+
+
+def path_run(shards: list[Path], processor_dir: Path, work: Path, *, slow: bool, repeats: int) -> PathRun:
+    """The generic path (``slow=False``: ``make_counter``, proven at load) or the slow path (its ``SlowCounter`` on
+    the same rules, as ``make_counter`` builds it where the proof fails) scanning ``shards[1:]``."""
+    from vlmpack_offline.tokens.slow import SlowCounter
+
+    config = _config(shards, processor_dir, work, train_on="all")  # Gemma4's and Molmo2's folders: see the module doc
+    start = time.perf_counter()
+    scanner = ShardScanner(config)
+    rules = scanner.counter.rules
+    if slow:
+        rules = dataclasses.replace(rules, generic=None, slow_reason="forced by bench_scan.py")
+        scanner.counter = SlowCounter(rules, config)
+    setup = time.perf_counter() - start
+    tasks = [ShardTask(shard=p.name, path=str(p)) for p in shards]
+    scanner.scan(tasks[0])  # warm-up: template compile, first processor call, page cache
+    passes = [_pass(scanner, tasks[1:]) for _ in range(1 if slow else repeats)]
+    wall, cpu, results = sorted(passes, key=lambda p: p[0])[len(passes) // 2]
+    return PathRun(line=counting_path(rules), setup_s=setup, wall_s=wall, cpu_s=cpu, results=results)
+
+
+def generic_vs_slow(args: argparse.Namespace) -> int:
+    """Print the two paths' rates and their ratio for one generic family; 1 when counts differ or below target."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["VLMPACK_CACHE_DIR"] = str(root / "cache")  # the generic setup includes its proof
+        processor_dir = build_processor_dir(root / "processor", args.family, video=True)
+        shards = make_mixed_shards(root / "wds", args.samples, args.shards)
+        fast = path_run(shards, processor_dir, root / "work-generic", slow=False, repeats=args.repeats)
+        slow = path_run(shards, processor_dir, root / "work-slow", slow=True, repeats=1)
+    n = len(fast.results)
+    differ = sorted(k for k in fast.results if fast.results[k] != slow.results.get(k))
+    drops = sum(1 for status, _ in fast.results.values() if status != "ok")
+    fast_rate, slow_rate = n / fast.wall_s, n / slow.wall_s
+    ratio, cpu_ratio = fast_rate / slow_rate, slow.cpu_s / fast.cpu_s
+    print("command:", shlex.join(["python", "benchmarks/bench_scan.py", *args.argv]))
+    print(f"family {args.family}: {n} timed samples (shards 2-{args.shards}; mix "
+          f"{', '.join(f'{kind} {share:.0%}' for kind, share in MIX)}), {drops} dropped by both paths' rules")
+    print(f"identical status and token_len for every sample: {not differ} ({len(differ)} differ"
+          f"{': ' + ', '.join(f'{k} {fast.results[k]} vs {slow.results.get(k)}' for k in differ[:5]) if differ else ''})")
+    for name, run, rate in (("generic", fast, fast_rate), ("slow", slow, slow_rate)):
+        print(f"  {name:8s} {run.line}")
+        print(f"           setup {run.setup_s:.2f}s; {run.wall_s:.2f}s wall, {run.cpu_s:.2f}s CPU per pass: "
+              f"{rate:.1f} samples/s, {n / run.cpu_s:.1f} per CPU second")
+    print(f"speed-up: {ratio:.1f}x samples/s (wall), {cpu_ratio:.1f}x per CPU second (target >= {args.min_ratio:.0f}x)")
+    if differ or not fast.line.startswith(f"{args.family}: generic fast path"):
+        return 1
+    return 0 if ratio >= args.min_ratio else 1
+
+
 def _spread(values: list[float]) -> str:
     return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
 
@@ -226,16 +349,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1200)
     parser.add_argument("--baseline-samples", type=int, default=150)
     parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--family", choices=("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3", "llava_onevision"), default="qwen2_5_vl")
+    parser.add_argument("--family", choices=(*MODULE_FAMILIES, *GENERIC_FAMILIES), default="qwen2_5_vl",
+                        help="a family with a module: fast path vs the per-sample processor baseline; a generic "
+                             "family: the generic fast path vs the slow path (module doc)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steady-state passes (median)")
     parser.add_argument("--walk-pairs", type=int, default=6,
                         help="steady-state passes with and without the media integrity walk, alternating")
     parser.add_argument(
-        "--min-ratio", type=float, default=20.0, help="exit 1 when the speed-up is below this"
+        "--min-ratio", type=float, default=None, help="exit 1 when the speed-up is below this (20, generic: 30)"
     )
     args = parser.parse_args(argv)
     if args.shards < 2:
         parser.error("--shards must be at least 2 (the first one warms the steady-state scanner up)")
+    args.argv = sys.argv[1:] if argv is None else argv
+    if args.family in GENERIC_FAMILIES:
+        args.min_ratio = 30.0 if args.min_ratio is None else args.min_ratio
+        return generic_vs_slow(args)
+    args.min_ratio = 20.0 if args.min_ratio is None else args.min_ratio
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         processor_dir = build_processor_dir(root / "processor", args.family)
