@@ -29,7 +29,7 @@ within each pair; CPU seconds per pass, min / median / max of each.
 
     python benchmarks/bench_scan.py [--samples 1200] [--baseline-samples 150] [--shards 8] [--repeats 3]
 
-**Generic families** (``--family`` one of ``tokens.proof.SUITE_PROVEN``: gemma4, glm5_next, molmo2, ...): the
+**Generic families** (``--family`` a type with a synthetic folder and no module: gemma4, glm5_next, molmo2, ...): the
 generic fast path (``families/generic.py``, proven at folder load) against the slow path (``tokens/slow.py``: the
 folder's own processor on decoded images and frames) in the same run, on the same mixed shards (text, one and
 two images, videos). Both are one ``ShardScanner`` (what a scan worker holds), the slow one given the
@@ -74,20 +74,20 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
+from vlmpack_offline.families import FAST_FAMILIES
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.media import check_image
 from vlmpack_offline.stages import _scan_shard, scan
 from vlmpack_offline.stages._scan_shard import ShardScanner, ShardTask
-from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.processor_dir import FOLDER_MODULES, build_processor_dir
 from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, video_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range
 from vlmpack_offline.tokens import load_tokenizer
 from vlmpack_offline.tokens.factory import counting_path
-from vlmpack_offline.tokens.proof import SUITE_PROVEN
 
 MODULE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "internvl", "glm4v", "kimi_k25", "mistral3",
                    "llava_onevision")  # fmt: skip
-GENERIC_FAMILIES = tuple(sorted(SUITE_PROVEN))
+GENERIC_FAMILIES = tuple(sorted(t for t in FOLDER_MODULES if t not in FAST_FAMILIES))  # folders the suite builds
 
 _WORDS = "the a cat dog red blue image shows sits near table window tree river city street car bird".split()
 
