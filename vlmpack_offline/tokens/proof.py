@@ -71,6 +71,7 @@ SUITE_PROVEN: dict[str, frozenset[str]] = {
     "lfm3_vl": frozenset({"image", "video"}),
     "molmo2": frozenset({"image", "video"}),
     "qwen3_omni_moe": frozenset({"image", "video"}),
+    "qwen2_5_omni": frozenset({"image", "video"}),
 }
 
 _SOURCES = ("families/generic.py", "families/generic_fields.py", "families/video_rules.py",
