@@ -61,7 +61,7 @@ class Row:
     path: str  # module doc
     why: str  # the reason for the path, one phrase
     torchvision: bool  # the scan needs torchvision for this type
-    checked: str  # the test files that check it
+    checked: str  # what checks it (test files under tests/, without test_ and .py)
 
 
 def _transformers_dir() -> Path:
@@ -158,21 +158,16 @@ def model_types() -> list[tuple[str, str]]:
     return sorted((t, p) for t, p in processing_auto.PROCESSOR_MAPPING_NAMES.items() if t in lms and p)
 
 
-@functools.cache
-def _test_sources() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "tests").glob("test_*.py"))}
+def family_tests(*stems: str) -> str:
+    """A hand-written family's own test files: ``tests/test_family_<model_type or module>*.py``."""
+    files = sorted({p.name for stem in stems for p in (ROOT / "tests").glob(f"test_family_{stem}*.py")})
+    return ", ".join(f"`{f.removeprefix('test_').removesuffix('.py')}`" for f in files) or "its section below"
 
 
-def tests_naming(model_type: str, *stems: str) -> str:
-    """The test files that name the type as a string (``"gemma4"``): those whose file name holds the type or one
-    of ``stems`` (its family module's name) by name, the others as a count."""
-    naming = [f for f, text in _test_sources().items() if f'"{model_type}"' in text or f"'{model_type}'" in text]
-    own = [f for f in naming if any(n in f for n in (model_type, *stems))]
-    others = [f for f in naming if f not in own]
-    if not own:
-        own, others = others[:4], others[4:]
-    listed = ", ".join(f"`{f.removeprefix('test_').removesuffix('.py')}`" for f in own) or "none"
-    return listed + (f" and {len(others)} more" if others else "")
+# How each path is checked (docs/families.md, "What is exact, and how it is checked")
+GENERIC_TESTS = "`generic_path` (counts vs the real processor), `synthetic_2026_folders`"
+CANDIDATE_TESTS = "its folder's proof at load (`tokens/proof.py`)"
+SLOW_TESTS = "the processor itself (`family_slow` runs `llava`)"
 
 
 def _generic_field(outputs: tuple[str, ...] | None) -> str:
@@ -199,7 +194,7 @@ def row(model_type: str, processor: str) -> Row | None:
     if family is not None:
         module = type(family).__module__.rsplit(".", 1)[-1]
         return Row(model_type=model_type, processor=processor, media=media, path="hand-written fast",
-                   why=f"`families/{module}.py`", torchvision=False, checked=tests_naming(model_type, module))  # fmt: skip
+                   why=f"`families/{module}.py`", torchvision=False, checked=family_tests(model_type, module))  # fmt: skip
     outputs = image_outputs(model_type, processor)
     pil = pil_image_processor(model_type, processor)
     if model_type in SUITE_PROVEN or model_type in FOLDER_MODULES:  # a folder the suite builds and counts
@@ -208,7 +203,7 @@ def row(model_type: str, processor: str) -> Row | None:
         why = "proven per folder at load" + (f"; {' and '.join(f'{k}s' for k in kinds if k in suite)} by the suite "
                                               "where torchvision is missing (`SUITE_PROVEN`)" if suite else "")  # fmt: skip
         return Row(model_type=model_type, processor=processor, media=media, path="generic fast", why=why,
-                   torchvision=bool(unproven), checked=tests_naming(model_type))  # fmt: skip
+                   torchvision=bool(unproven), checked=GENERIC_TESTS)  # fmt: skip
     have = hooks(processor)
     field = _generic_field(outputs) if "image" in kinds else "video"
     needs_tv = "video" in kinds or not pil
@@ -220,9 +215,9 @@ def row(model_type: str, processor: str) -> Row | None:
     else:
         return Row(model_type=model_type, processor=processor, media=media, path="generic or slow",
                    why=f"hooks and `{field}` fields present; taken where the folder's proof passes",
-                   torchvision=needs_tv, checked=tests_naming(model_type))  # fmt: skip
+                   torchvision=needs_tv, checked=CANDIDATE_TESTS)  # fmt: skip
     return Row(model_type=model_type, processor=processor, media=media, path="slow", why=why, torchvision=needs_tv,
-               checked=tests_naming(model_type))  # fmt: skip
+               checked=SLOW_TESTS)  # fmt: skip
 
 
 def audio_types() -> list[str]:
@@ -240,7 +235,7 @@ def table() -> str:
         f"transformers {transformers.__version__}: {len(rows)} vision model types "
         + ", ".join(f"{n} {path}" for path, n in counts.items()) + ".",
         "",
-        "| `model_type` | processor | media | path | why | scan needs torchvision | tests (`tests/test_*.py`) |",
+        "| `model_type` | processor | media | path | why | scan needs torchvision | checked by (`tests/test_*.py`) |",
         "|---|---|---|---|---|---|---|",
         *(f"| `{r.model_type}` | {r.processor} | {r.media} | {r.path} | {r.why} | {'yes' if r.torchvision else 'no'} "
           f"| {r.checked} |" for r in rows),  # fmt: skip
