@@ -7,6 +7,7 @@
 #   make test-latest   the suite against the newest releases, unlocked: an early warning, not what CI gates on
 #   make test-oldest   the core suite at pyproject.toml's lower bounds (requirements/oldest.txt)
 #   make docs          the documentation site, offline, warnings as errors (site/)
+#   make gpu-prep      the GPU suite's data and wheels in .gpu-suite/, to carry to a GPU machine (docs/performance.md)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -31,7 +32,7 @@ OLDEST_VENV := .venv-oldest
 COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --strip-extras --upgrade
 
-.PHONY: install install-ref install-energon demo test test-core test-ref test-latest test-oldest versions docs config-doc lock lint bench clean
+.PHONY: install install-ref install-energon demo test test-core test-ref test-latest test-oldest versions docs config-doc lock lint bench clean gpu-prep
 
 install: $(STAMP)
 
@@ -120,6 +121,11 @@ test-latest: install-energon
 test-oldest: install-energon
 	$(call install_locked,$(OLDEST_VENV),requirements/oldest.txt)
 	$(OLDEST_VENV)/bin/python -m pytest -n 2
+
+# benchmarks/gpu_suite.py's carried folder, built here (no network there): packs by the real stages, the wheels the
+# GPU machine lacks, then the check that the working tree plus it fit the 64 MiB a device call carries.
+gpu-prep: install
+	$(PY) benchmarks/gpu_suite_prep.py --out .gpu-suite
 
 lint: install
 	$(VENV)/bin/ruff check vlmpack_offline tests benchmarks examples scripts

@@ -55,7 +55,8 @@ def _args() -> argparse.Namespace:
 
 def _packs(args: argparse.Namespace, adapter: MegatronAdapter, n: int) -> list[dict]:
     encoder = PackEncoder.from_packed_dir(args.packed, args.processor)
-    dataset = PackDataset(args.packed, encoder, rank=0, world_size=1)  # every CP rank reads the same packs
+    # every CP rank reads the same packs; one reader's order of all of them (a balanced schedule is for DP ranks)
+    dataset = PackDataset(args.packed, encoder, rank=0, world_size=1, follow_plan=False)
     out = []
     while len(out) < n:
         for batch in dataset:
@@ -95,30 +96,47 @@ def _text_positions(batch: dict) -> torch.Tensor:
     return (torch.arange(int(cu[-1])) - cu[:-1][segment])[None]
 
 
+def dry_run(args: argparse.Namespace, batches: list[dict]) -> dict:
+    """The data half on the host: both arms' slots, the CP slices adding up, the PackedSeqParams format."""
+    real = sum(int(b["cu_seqlens_q"][-1]) for b in batches)
+    slots = sum(b["total_tokens"] for b in batches)
+    padded = sum(_padded_rows(b, args.cp)["tokens"].numel() for b in batches)
+    for rank in range(args.cp):
+        if sum(cp_slice(b, args.cp, rank)["tokens"].shape[-1] for b in batches) * args.cp != slots:
+            raise AssertionError(f"the cp={args.cp} slices of rank {rank} do not add up to the packs' {slots} slots")
+    return {"mode": "dry_run", "steps": len(batches), "distinct_packs": len({_key(b) for b in batches}),
+            "real_tokens": real, "thd_slots": slots, "cp_padding": (slots - real) / slots, "padded_slots": padded,
+            "padding": (padded - real) / padded, "qkv_format": packed_seq_params(batches[0]).qkv_format}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The benchmark as a function (``gpu_suite_megatron.py``): the dry run's or the training's numbers."""
+    adapter = MegatronAdapter.for_packed_dir(args.packed, context_parallel_size=args.cp)
+    batches = _packs(args, adapter, args.steps)
+    return dry_run(args, batches) if args.dry_run else _train(args, batches)
+
+
 def main() -> int:
     args = _args()
     cuda_ok = torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
     if not cuda_ok and not args.dry_run:
         print("skipped: needs CUDA and TransformerEngine (or pass --dry-run)")
         return 0
-    adapter = MegatronAdapter.for_packed_dir(args.packed, context_parallel_size=args.cp)
-    batches = _packs(args, adapter, args.steps)
-    if args.dry_run:
-        real = sum(int(b["cu_seqlens_q"][-1]) for b in batches)
-        slots = sum(b["total_tokens"] for b in batches)
-        padded = sum(_padded_rows(b, args.cp)["tokens"].numel() for b in batches)
-        for rank in range(args.cp):
-            assert sum(cp_slice(b, args.cp, rank)["tokens"].shape[-1] for b in batches) * args.cp == slots
-        print(f"dry run: {len(batches)} steps ({len({_key(b) for b in batches})} distinct packs), {real} real tokens; "
-              f"packed THD {slots} slots "
-              f"({100 * (slots - real) / slots:.2f}% CP padding), padded rows {padded} slots "
-              f"({100 * (padded - real) / padded:.2f}% padding); PackedSeqParams "
-              f"{packed_seq_params(batches[0]).qkv_format}")
-        return 0
-    return _train(args, batches)
+    result = run(args)
+    if result["mode"] == "dry_run":
+        print(f"dry run: {result['steps']} steps ({result['distinct_packs']} distinct packs), {result['real_tokens']} "
+              f"real tokens; packed THD {result['thd_slots']} slots ({100 * result['cp_padding']:.2f}% CP padding), "
+              f"padded rows {result['padded_slots']} slots ({100 * result['padding']:.2f}% padding); "
+              f"PackedSeqParams {result['qkv_format']}")
+    elif result["rank"] == 0:
+        print(f"{result['device']} x{args.cp} (cp={args.cp}), {result['timed_steps']} timed steps")
+        print(f"packed THD: {result['packed_tokens_per_s']:,.0f} real tokens/s, peak {result['packed_peak_gib']:.2f} GiB")
+        print(f"padded    : {result['padded_tokens_per_s']:,.0f} real tokens/s, peak {result['padded_peak_gib']:.2f} GiB")
+        print(f"packed / padded: {result['packed_tokens_per_s'] / result['padded_tokens_per_s']:.2f}x")
+    return 0
 
 
-def _train(args: argparse.Namespace, batches: list[dict]) -> int:
+def _train(args: argparse.Namespace, batches: list[dict]) -> dict:
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
@@ -166,14 +184,12 @@ def _train(args: argparse.Namespace, batches: list[dict]) -> int:
         torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         results[arm] = (real / seconds, torch.cuda.max_memory_allocated() / 2**30)
-    if torch.distributed.get_rank() == 0:
-        (p_rate, p_mem), (b_rate, b_mem) = results["packed"], results["padded"]
-        print(f"{torch.cuda.get_device_name()} x{args.cp} (cp={args.cp}), {args.steps - args.warmup} timed steps")
-        print(f"packed THD: {p_rate:,.0f} real tokens/s, peak {p_mem:.2f} GiB")
-        print(f"padded    : {b_rate:,.0f} real tokens/s, peak {b_mem:.2f} GiB")
-        print(f"packed / padded: {p_rate / b_rate:.2f}x")
+    (p_rate, p_mem), (b_rate, b_mem) = results["packed"], results["padded"]
+    out = {"mode": "train", "rank": torch.distributed.get_rank(), "device": torch.cuda.get_device_name(),
+           "timed_steps": args.steps - args.warmup, "packed_tokens_per_s": p_rate, "packed_peak_gib": p_mem,
+           "padded_tokens_per_s": b_rate, "padded_peak_gib": b_mem}
     torch.distributed.destroy_process_group()
-    return 0
+    return out
 
 
 if __name__ == "__main__":

@@ -90,20 +90,23 @@ def _padded_inputs(lengths, step, device):
     return {"input_ids": ids, "labels": labels, "attention_mask": mask, "use_cache": False}, sum(sizes)
 
 
-def _run(model, optimizer, batches, warmup: int, device: str) -> float:
-    def step(kwargs):
-        loss = model(**kwargs).loss
-        loss.backward()
+def timed_steps(model, optimizer, steps, warmup: int, device: str) -> float:
+    """Real tokens/s over ``steps[warmup:]``; a step is ``(micro-batches' model kwargs, real tokens)``: forward and
+    backward of each micro-batch, then one optimizer step (``gpu_suite_throughput.py`` uses it too)."""
+
+    def step(micro_batches):
+        for kwargs in micro_batches:
+            model(**kwargs).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for kwargs, _ in batches[:warmup]:
-        step(kwargs)
+    for micro_batches, _ in steps[:warmup]:
+        step(micro_batches)
     if device == "cuda":
         torch.cuda.synchronize()
     start, tokens = time.perf_counter(), 0
-    for kwargs, n in batches[warmup:]:
-        step(kwargs)
+    for micro_batches, n in steps[warmup:]:
+        step(micro_batches)
         tokens += n
     if device == "cuda":
         torch.cuda.synchronize()
@@ -125,8 +128,9 @@ def bench(capacity: int, args, attn: str) -> tuple[float, float, float]:
             batches = [_packed_inputs(lengths, s, args.device, attn) for s in packs[:n]]
         else:
             batches = [_padded_inputs(lengths, s, args.device) for s in padded[:n]]
-        results.append(_run(model, optimizer, batches, args.warmup, args.device))
-        del model, optimizer, batches
+        steps = [([kwargs], tokens) for kwargs, tokens in batches]  # one micro-batch per step
+        results.append(timed_steps(model, optimizer, steps, args.warmup, args.device))
+        del model, optimizer, batches, steps
         if args.device == "cuda":
             torch.cuda.empty_cache()
     fill = float(lengths.sum()) / (len(packs) * capacity)

@@ -72,7 +72,8 @@ class SampleDataset(torch.utils.data.Dataset):
     def __init__(self, packed_wds_dir: Path, encoder: PackEncoder, refs: list[tuple[int, int]]) -> None:
         from vlmpack_offline.loader import PackDataset
 
-        self.packs = PackDataset(packed_wds_dir, encoder, rank=0, world_size=1).packs
+        # any pack by index: the balanced schedule's order (follow_plan) does not matter here
+        self.packs = PackDataset(packed_wds_dir, encoder, rank=0, world_size=1, follow_plan=False).packs
         self.encoder, self.refs = encoder, refs
 
     def __len__(self) -> int:
