@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import io
 import os
 import random
@@ -316,7 +317,9 @@ def generic_vs_slow(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["VLMPACK_CACHE_DIR"] = str(root / "cache")  # the generic setup includes its proof
-        processor_dir = build_processor_dir(root / "processor", args.family, video=True)
+        builder = importlib.import_module(f"vlmpack_offline.synthetic.{FOLDER_MODULES[args.family]}")
+        takes_video = getattr(builder, "VIDEO", {}) is not None  # VIDEO = None: its processor takes no video
+        processor_dir = build_processor_dir(root / "processor", args.family, video=takes_video)
         shards = make_mixed_shards(root / "wds", args.samples, args.shards)
         fast = path_run(shards, processor_dir, root / "work-generic", slow=False, repeats=args.repeats)
         slow = path_run(shards, processor_dir, root / "work-slow", slow=True, repeats=1)
