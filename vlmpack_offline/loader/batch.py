@@ -85,6 +85,7 @@ class PackBatch:
     linear_attention: bool = False  # the model has linear-attention layers: boundaries always passed (model_kwargs)
     sliding_window: int | None = None  # the window of the model's sliding-window layers (Gemma3): masks per layer type
     masks_from_positions: bool = False  # a processor family: HF builds every mask from the restarting positions
+    rope_text_row: bool = True  # the model's forward takes a leading text row before its rope rows (RopeIndex)
 
     @property
     def seq_len(self) -> int:
@@ -101,6 +102,11 @@ class PackBatch:
         offsets = torch.repeat_interleave(starts, lengths)
         return (torch.arange(self.seq_len, device=offsets.device) - offsets)[None]
 
+    @property
+    def _text_row(self) -> bool:
+        """Whether ``hf_position_ids`` leads with the text row HF finds packed sub-samples from (1-D: the row)."""
+        return self.position_ids.ndim == 2 or self.rope_text_row
+
     def segment_index(self) -> torch.Tensor:
         """``int32 [1, S]``: the sub-sample each token belongs to (causal-conv1d's ``seq_idx``)."""
         lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
@@ -110,11 +116,12 @@ class PackBatch:
     def hf_position_ids(self) -> torch.Tensor:
         """Positions for an HF forward: ``[A + 1, 1, S]`` = text row + the model's ``A`` rope rows.
 
-        HF's mRoPE text models (Qwen-VL's ``[4, 1, S]``, HunYuan-VL's ``num_mrope_axes + 1``) take a leading
-        text row and use it (not the rope rows) for packed-sequence masks and flash-attention; models with
-        1-D positions get ``[1, S]``.
+        HF's mRoPE text models (Qwen-VL's ``[4, 1, S]``, ERNIE-4.5-VL's, Qwen-Omni's) take a leading text row
+        and use it (not the rope rows) for packed-sequence masks and flash-attention; models with 1-D
+        positions get ``[1, S]``. A model whose forward cannot take the text row (``rope_text_row`` False:
+        HunYuan-VL in transformers 5.24) gets its ``A`` rope rows alone.
         """
-        if self.position_ids.ndim == 3:
+        if self.position_ids.ndim == 3 and self.rope_text_row:
             return torch.cat([self.text_position_ids()[None], self.position_ids], dim=0)
         return self.position_ids
 
@@ -144,7 +151,9 @@ class PackBatch:
           mask. HF's ``create_causal_mask`` finds the sub-samples from the restarting text positions
           (``masking_utils.find_packed_sequence_indices``) and ANDs that packed mask after the model's own
           overlays (Gemma 4's and Molmo2's bidirectional vision blocks from ``mm_token_type_ids``, sliding
-          windows), which a mask of ours would replace.
+          windows), which a mask of ours would replace. Unless the model cannot take the text row
+          (``rope_text_row`` False): then it gets the block-diagonal causal mask, and with flash attention
+          ``cu_seq_lens_q/k`` always, as nothing else shows it where the sub-samples are.
         """
         kwargs = {"input_ids": self.input_ids, "position_ids": self.hf_position_ids(), "use_cache": False}
         kwargs.update(self.vision)
@@ -158,14 +167,14 @@ class PackBatch:
                 max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, seq_idx=self.segment_index(),
             )  # fmt: skip
         if attn_implementation.startswith("flash_attention") or attn_implementation.endswith("varlen"):
-            if not len(self.vision):
+            if not len(self.vision) or not self._text_row:
                 kwargs.update(
                     cu_seq_lens_q=self.cu_seqlens,
                     cu_seq_lens_k=self.cu_seqlens,
                     max_length_q=self.max_seqlen,
                     max_length_k=self.max_seqlen,
                 )
-        elif self.masks_from_positions:
+        elif self.masks_from_positions and self._text_row:
             pass  # HF derives each layer's mask from the text row of position_ids (see above)
         elif self.sliding_window:
             kwargs["attention_mask"] = layer_type_masks(
@@ -197,4 +206,5 @@ class PackBatch:
             linear_attention=self.linear_attention,
             sliding_window=self.sliding_window,
             masks_from_positions=self.masks_from_positions,
+            rope_text_row=self.rope_text_row,
         )

@@ -329,5 +329,6 @@ class PackEncoder:
             linear_attention=self.rope.has_linear_attention,
             sliding_window=self.rope.sliding_window,
             masks_from_positions=self.pack_processor is not None,
+            rope_text_row=self.rope.takes_text_row,
         )
 

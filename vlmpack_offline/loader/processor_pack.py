@@ -24,8 +24,10 @@ the processor called on that sub-sample alone). Per row, padding removed by ``at
     media fields        every field of model_input_names the model's forward takes (pixel_values,
                         image_grid_thw, video_second_per_grid, image_position_ids, num_frames_per_video, ...),
                         as the batch call made them
-    positions           the model's rope index on the batch (``RopeIndex.positions`` with the batch's
-                        attention mask: each row from 0), per row; 1-D for models without one
+    positions           the model's rope index on each row alone (``RopeIndex.positions`` on the row's ids,
+                        token fields and its own items of the per-image / per-video fields): a batch call
+                        numbers some axes across the batch (HunYuan-VL's image-index axis counts the batch's
+                        images), so the batch's positions are not each sample's; 1-D for models without one
 """
 
 from __future__ import annotations
@@ -75,6 +77,29 @@ def is_token_field(name: str) -> bool:
     return name.endswith("token_type_ids")
 
 
+def _input_names(processor) -> frozenset[str] | None:
+    """The processor's ``model_input_names`` less ``unused_input_names``, input ids and mask; None where the
+    property cannot say: Qwen-Omni's reads its video processor's, which torchvision gates (None without it)."""
+    try:
+        names = set(processor.model_input_names)
+    except AttributeError:
+        return None
+    return frozenset(names - set(getattr(processor, "unused_input_names", ()) or ()) - {"input_ids", "attention_mask"})
+
+
+def _items_of(media: dict[str, Any], subs: Sequence[SubSampleMedia], index: int) -> dict[str, torch.Tensor]:
+    """Sub-sample ``index``'s rows of the batch's per-item fields: ``image_*`` one row per image, ``video_*`` one
+    per video (``image_grid_thw``, ``video_grid_thw``, ``video_second_per_grid``, ...), in the batch's order."""
+    out = {}
+    for name, value in media.items():
+        kind = "images" if name.startswith("image_") else "videos" if name.startswith("video_") else None
+        counts = [len(getattr(s, kind)) for s in subs] if kind else []
+        if kind and torch.is_tensor(value) and value.ndim and len(value) == sum(counts):
+            start = sum(counts[:index])
+            out[name] = value[start : start + counts[index]]
+    return out
+
+
 class ProcessorPack:
     """Builds a processor family's rows and vision fields for one pack (module doc)."""
 
@@ -86,10 +111,9 @@ class ProcessorPack:
         self.train_on = train_on
         self.rope = rope
         self.turn_end_tokens = turn_end_tokens
-        unused = set(getattr(processor, "unused_input_names", ()) or ())
-        names = set(processor.model_input_names) - unused - {"input_ids", "attention_mask"}
-        # the fields model(**kwargs) takes by name; None: the trained class is unknown, keep them all
-        self.fields = frozenset(names if model_inputs is None else names & model_inputs)
+        # the fields model(**kwargs) takes by name, of those the processor names; None: keep them all
+        names = _input_names(processor)
+        self.fields = model_inputs if names is None else names if model_inputs is None else names & model_inputs
         self._special = frozenset(self.tokenizer.all_special_ids)
         if self.tokenizer.pad_token is None:  # the batch call pads rows; the pad id is never read (attention_mask)
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -117,8 +141,6 @@ class ProcessorPack:
         tokens = {k: v for k, v in out.items() if is_token_field(k)}
         if "mm_token_type_ids" not in tokens and hasattr(self.processor, "create_mm_token_type_ids"):
             tokens["mm_token_type_ids"] = torch.as_tensor(self.processor.create_mm_token_type_ids(ids.tolist()))
-        positions = self.rope.positions(ids, attention_mask=mask.long(), mm_token_type_ids=tokens.get("mm_token_type_ids"),
-                                        **media)  # fmt: skip
         rows = []
         for index, sub in enumerate(subs):
             keep = mask[index]
@@ -131,14 +153,19 @@ class ProcessorPack:
                 )
             text, spans = rendered[index]
             learned = self._learned(text, spans, out["text_replacement_offsets"][index], row_ids, learn_all, sub.sample_id)
-            row_positions = positions[..., index, :][..., keep] if positions.ndim == 3 else positions[index][keep]
+            row_tokens = {k: v[index][keep][None] for k, v in tokens.items()}
+            positions = self.rope.positions(row_ids[None], mm_token_type_ids=row_tokens.get("mm_token_type_ids"),
+                                            **_items_of(media, subs, index))  # fmt: skip
             rows.append(Row(
                 input_ids=row_ids.long(),
                 labels=sub_sample_labels(row_ids.long(), learned),
-                positions=row_positions[:, None] if positions.ndim == 3 else row_positions[None],
-                token_fields={k: v[index][keep][None] for k, v in tokens.items() if k in self.fields},
+                positions=positions,
+                token_fields={k: v for k, v in row_tokens.items() if self._takes(k)},
             ))  # fmt: skip
-        return rows, {k: v for k, v in media.items() if k in self.fields}
+        return rows, {k: v for k, v in media.items() if self._takes(k)}
+
+    def _takes(self, name: str) -> bool:
+        return self.fields is None or name in self.fields
 
     # -- labels ------------------------------------------------------------------------------------------
     def _learned(self, rendered: str, spans: list[tuple[int, int]], replacements: list[dict], row_ids: torch.Tensor,

@@ -48,6 +48,10 @@ _ALIASES = {"second_per_grids": ("video_second_per_grid", "second_per_grid_ts"),
             "second_per_grid_ts": ("video_second_per_grid",)}  # fmt: skip
 
 
+# Models whose forward raises on the leading text row of positions (``RopeIndex.takes_text_row``).
+_NO_TEXT_ROW = frozenset({"hunyuan_vl"})
+
+
 class RopeError(ValueError):
     """The model's rope-index function cannot be built or called for this config (the reason in the text)."""
 
@@ -144,6 +148,14 @@ class RopeIndex:
     def uses_seconds(self) -> bool:
         """Whether the rope index spaces video frames in time by ``second_per_grid_ts`` (Qwen2.5-VL)."""
         return self._model is not None and "second_per_grid_ts" in inspect.signature(self._function).parameters
+
+    @property
+    def takes_text_row(self) -> bool:
+        """Whether the model's forward takes ``[A + 1, B, L]`` positions, a text row before its ``A`` rope rows, and
+        finds packed sub-samples from it (Qwen-VL, ERNIE-4.5-VL, PaddleOCR-VL, Qwen-Omni). HunYuan-VL's does not:
+        its text model reads the text row but never drops it before checking for ``A`` rows, so it raises
+        (transformers 5.24 models/hunyuan_vl/modeling_hunyuan_vl.py:803-813)."""
+        return self.model_type not in _NO_TEXT_ROW
 
     @property
     def is_mrope(self) -> bool:

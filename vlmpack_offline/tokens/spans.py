@@ -16,7 +16,9 @@ holds) and without the whitespace the template puts after the turn. When
 independently), the span's offsets carry over; otherwise ``turn_i`` is searched
 in the full render after the previous turn, then in its history form (``_history_turn``:
 thinking templates such as Qwen3.5's render a turn before a later user query without its
-``<think>`` block). A template for which none holds
+``<think>`` block). A generation prompt that is not a prefix of the rendered turn (it adds an empty
+thinking block the history leaves out: Gemma 4, ERNIE-4.5-VL) counts as far as it agrees with the turn's
+start (``_rendered_header``). A template for which none holds
 raises ``SpanError``: labels are never guessed.
 
 Templates with ``{% generation %}`` markers are read the same way: the markers of templates as
@@ -85,10 +87,7 @@ def _locate_turn(messages: Sequence[dict], index: int, render: Render, full: str
     prompt = render(messages[:index], True)
     upto = full if index + 1 == len(messages) else render(messages[: index + 1], False)
     if not upto.startswith(prompt):
-        raise SpanError(
-            f"assistant turn {index}: the template's generation prompt is not a prefix of the rendered "
-            "turn, so the assistant tokens cannot be located; add {% generation %} markers to the template"
-        )
+        prompt = _rendered_header(messages, index, render, prompt, upto)
     turn = upto[len(prompt) :].rstrip()
     if not turn:
         return None
@@ -104,6 +103,26 @@ def _locate_turn(messages: Sequence[dict], index: int, render: Render, full: str
                 "add {% generation %} markers to the template to locate its tokens"
             )
     return start, start + len(turn)
+
+
+def _rendered_header(messages: Sequence[dict], index: int, render: Render, prompt: str, upto: str) -> str:
+    """The prefix of ``upto`` up to where assistant turn ``index``'s own text starts, for a template whose
+    generation prompt is not a prefix of the rendered turn: it adds what a history turn leaves out (Gemma 4's
+    empty ``<|channel>thought\\n<channel|>``, ERNIE-4.5-VL's empty ``<think>`` block) or the turn renders
+    after a separator (Molmo2's space before ``<|im_start|>assistant``). The generation prompt's own part
+    (past the history render) is matched at the turn's start, after whitespace only, as far as it agrees
+    there: wholly, or up to the end of a word or line (the role header); else ``SpanError``."""
+    history = render(messages[:index], False)
+    header = prompt[len(history) :] if prompt.startswith(history) and upto.startswith(history) else ""
+    rest = upto[len(history) :]
+    for size in range(len(header), 0, -1):
+        at = rest.find(header[:size])
+        if at >= 0 and not rest[:at].strip() and (size == len(header) or header[size - 1].isspace()):
+            return upto[: len(history) + at + size]
+    raise SpanError(
+        f"assistant turn {index}: the template's generation prompt is not a prefix of the rendered "
+        "turn, so the assistant tokens cannot be located; add {% generation %} markers to the template"
+    )
 
 
 def linear_spans(messages: Sequence[dict], render: Render, full: str) -> list[tuple[int, int]] | None:
