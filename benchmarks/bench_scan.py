@@ -37,9 +37,9 @@ two images, videos). Both are one ``ShardScanner`` (what a scan worker holds), t
 warm-up, then every other shard is timed (the generic path ``--repeats`` times, median pass). Every sample must
 get the same status and ``token_len`` from both (a video the processor's rule refuses is a drop in both).
 Setup is reported apart: the generic path's includes its proof (a fresh proof cache), the slow path's loading
-``AutoProcessor``. Both run with ``loss.train_on: all``: with the default (assistant turns) the synthetic Gemma4
-and Molmo2 folders drop every sample as ``no_labels`` (their templates' generation prompt is not a prefix of the
-rendered answer turn), on either path. The slow path needs torchvision: run it in ``.venv-ref``, with ``LD_LIBRARY_PATH`` as
+``AutoProcessor``. Both run with ``loss.train_on: all`` (counts only: where the labels fall is not measured; with
+the default, the synthetic Gemma4 and Molmo2 folders dropped every sample as ``no_labels`` when this was written,
+on either path). The slow path needs torchvision: run it in ``.venv-ref``, with ``LD_LIBRARY_PATH`` as
 ``make test-ref`` sets it::
 
     LD_LIBRARY_PATH="$(.venv-ref/bin/python -m vlmpack_offline.synthetic.torchcodec_env .venv-ref/ffmpeg-libs)" \
@@ -297,7 +297,7 @@ def path_run(shards: list[Path], processor_dir: Path, work: Path, *, slow: bool,
     the same rules, as ``make_counter`` builds it where the proof fails) scanning ``shards[1:]``."""
     from vlmpack_offline.tokens.slow import SlowCounter
 
-    config = _config(shards, processor_dir, work, train_on="all")  # Gemma4's and Molmo2's folders: see the module doc
+    config = _config(shards, processor_dir, work, train_on="all")  # counts only (module doc)
     start = time.perf_counter()
     scanner = ShardScanner(config)
     rules = scanner.counter.rules
