@@ -3,10 +3,11 @@
 The device's image (/work/.library/device/KINDS.md) has Python 3.12, torch 2.11+cu130, transformers
 5.17, numpy, PIL, PyYAML, click, psutil, attrs, python-dateutil ... and no network. ``WHEELS`` are the
 distributions the suite imports that it lacks, each at the version installed here (the lock's), for
-its platform (CPython 3.12, manylinux x86_64), without dependencies: the list is the import closure,
-checked by installing it with ``pip install --no-index --no-deps --target`` into a Python 3.12 venv
-holding the device's torch and transformers and importing the suite's modules there
-(docs/performance.md, "GPU figures").
+its platform (CPython 3.12, manylinux x86_64), without dependencies: the list is the closure of what
+the suite's modules import at import time (read here, by tracing ``import gpu_suite``), less what the
+image holds. Declared requirements that nothing imports stay behind (multi-storage-client's jmespath,
+prettytable, pyroute2; energon's s3fs, mfusepy). The suite's CPU smoke also passes on transformers
+5.17 (the device's); the wheels themselves are first installed on the device by ``gpu_suite.sh``.
 
 Not carried, and why (the suite's report says the same where a part needs them):
   transformers 5.24: the suite runs on the device's 5.17 (checked as above); its wheel is 13.5 MB.
