@@ -322,10 +322,10 @@ def check_processor_video_fields(video: VideoConfig, *, model_type: str, rule: F
         raise ConfigError(f"video.sampler = 'qwen_vl_utils': {model_type} has no family module, so its videos are "
                           f"sampled as its processor samples them ({how}); remove video.sampler and set the "
                           "frame settings in the processor folder or model.processor_kwargs")  # fmt: skip
-    _refuse_unread(video, family=model_type, how=how)
+    _refuse_unread(video, family=model_type, how=how, shared=False)
 
 
-def _refuse_unread(video: VideoConfig, *, family: str, how: str) -> None:
+def _refuse_unread(video: VideoConfig, *, family: str, how: str, shared: bool = True) -> None:
     if video.sampler == "qwen_vl_utils":  # the shared sampler, by choice: every frame field applies
         return
     ignored = [f.name for f in dataclasses.fields(video) if getattr(video, f.name) is not None and f.name not in _READ]
@@ -333,6 +333,6 @@ def _refuse_unread(video: VideoConfig, *, family: str, how: str) -> None:
         names, them = ", ".join(f"video.{name}" for name in ignored), "them" if len(ignored) > 1 else "it"
         raise ConfigError(
             f"{names}: {family} videos are sampled by its video processor itself, {how}, which never "
-            f"reads {them}; remove {them} (set fps or num_frames in the folder or model.processor_kwargs), or set "
-            "video.sampler: qwen_vl_utils to use the shared sampler"
+            f"reads {them}; remove {them} (set fps or num_frames in the folder or model.processor_kwargs)"
+            + (", or set video.sampler: qwen_vl_utils to use the shared sampler" if shared else "")
         )

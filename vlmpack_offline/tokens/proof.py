@@ -205,10 +205,16 @@ class _Checker:
             return exc
 
     def _real(self, rendered: str, **inputs) -> tuple[int, list[str]] | Exception:
-        try:
+        from transformers.utils import logging as hf_logging
+
+        before = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its warnings are about our generated items (a 1 x 1 image's channel
+        try:  # axis is ambiguous), not the user's data: not for the scan's output
             out = self.oracle(text=[rendered], return_text_replacement_offsets=True, **inputs)
         except Exception as exc:  # noqa: BLE001 - the real processor's refusal (or failure), compared below
             return exc
+        finally:
+            hf_logging.set_verbosity(before)
         return len(out["input_ids"][0]), [r["replacement"] for r in out["text_replacement_offsets"][0]]
 
     @staticmethod

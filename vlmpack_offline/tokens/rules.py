@@ -363,7 +363,10 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
             f"samples them ({own.sampler}); remove video.sampler"
         )
     if video is not None and family is not None and not text_only:
-        _check_video_fields(video, family, resolved.sampler)
+        if rules.generic is not None:  # the processor's own sampling, with the folder's settings
+            check_processor_video_fields(video, model_type=str(model_type), rule=family.frame_rule)
+        else:
+            _check_video_fields(video, family, resolved.sampler)
     if video is not None and family is None and not text_only:  # the slow path: its processor's own frame rule
         check_processor_video_fields(video, model_type=str(model_type))
     if family is not None and family.takes_video and not text_only:
