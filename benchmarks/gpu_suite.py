@@ -77,7 +77,7 @@ class Suite:
     def model(self) -> torch.nn.Module:
         if self._model is None:
             self._model = build_model(self.layout.model_config(), device=self.device, dtype=self.dtype).train()
-            use_attention(self._model, VARLEN)
+            use_attention(self._model, self.training_attention())
             self.notes["model_parameters"] = parameters(self._model)
         return self._model
 
