@@ -1,18 +1,18 @@
-"""LLaVA-OneVision on the fast path: counts equal the real ``LlavaOnevisionProcessor``, sample by sample.
+"""LLaVA-OneVision: what only LLaVA-OneVision has, beyond the conformance table's checks.
 
-The reference is transformers' own ``LlavaOnevisionProcessor`` loaded by its own ``from_pretrained``
-from the folder: in ``.venv`` (no torchvision) the real class restricted to its image processor
-(``LlavaOnevisionImageProcessorPil``) and tokenizer, since its video processor needs torchvision; in
-``.venv-ref`` (tests marked ``torchvision``) ``AutoProcessor`` itself, videos included. Each sample's
-images go in as one list per sample (``images=[images]``), which is what ``apply_chat_template`` does
-(checked below): the processor then tiles a sample's only image (anyres) and gives each image of a
-multi-image sample one square (``batch_num_images``).
+Counts against the real ``LlavaOnevisionProcessor`` on the whole scan (images in both layouts, and with
+torchvision ``AutoProcessor`` with videos; materialize; the settings read from both layouts) are the
+``llava_onevision`` and ``llava_onevision-video`` rows of ``tests/_families_table.py``. Here, with the same
+oracles (the real class restricted to its image processor and tokenizer in ``.venv``, ``AutoProcessor`` in
+``.venv-ref``):
 
-Its ``input_ids`` are compared by length with the scan's ``token_len`` (the whole ``vlmpack scan``
-stage), token by token with ``materialize``, and its ``<image>`` / ``<video>`` ids with ``media_tokens``,
-for text, one-image (many sizes and aspect ratios, 1x1 to 5000:1) and multi-image samples, in both folder
-layouts, and for videos (the frames the shared sampler picks, decoded at their own size) where
-torchvision is installed.
+- the table's reference call (``images=[images]``, one list per sample) is what ``apply_chat_template`` hands
+  the processor: a flat list would tile every image of a multi-image sample;
+- ``model.processor_kwargs`` (strategy, aspect, pinpoints, tile size, token count) change ``count`` as they
+  change the processor's output; a folder without ``num_image_tokens`` is refused;
+- another ``video:`` section picks other frames and the count follows the processor on them; a 1000 x 4 video
+  (past the Qwen sampler's 200:1) is counted as the processor takes it;
+- the module doc's hand-worked counts.
 """
 
 from __future__ import annotations
@@ -23,165 +23,42 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _family_kit import images_only, samples_in, scan_config
-from click.testing import CliRunner
+from _families_table import row
+from _family_kit import samples_in
 from PIL import Image
-from transformers import LlavaOnevisionProcessor
 
-from vlmpack_offline.cli import cli
 from vlmpack_offline.errors import ConfigError
-from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.media import decode_frames
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tokens import load_model_rules, make_counter
 
-LAYOUTS = ("hub", "transformers5")
-
-# (width, height): tile-sized, under and over a tile, every grid shape's edge, ties between grids, wide and
-# tall up to 5000:1 (the anyres_max_9 shrink and the unpadding round there), 1x1.
-SIZES = [
-    (1, 1), (100, 100), (384, 384), (385, 383), (768, 384), (384, 768), (1000, 300), (300, 1000),
-    (2304, 2304), (4000, 3000), (1920, 1080), (777, 333), (2000, 10), (10, 2000), (5000, 1), (1, 5000),
-]  # fmt: skip
-
-_ImagesOnly = images_only(LlavaOnevisionProcessor)
-
-
-def _messages(user: list[dict], answer: str) -> list[dict]:
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
-
-
-def _dataset(root: Path) -> Path:
-    """The generated dataset (text, one image, multi-image, videos) plus, per size of ``SIZES``, that image
-    alone and that image with a second one, and one sample of three images."""
-    generate_dataset(root, seed=11, n_shards=2, samples_per_shard=10, include_faults=False)
-    samples = []
-    for index, (width, height) in enumerate(SIZES):
-        fmt = "PNG" if width * height < 1_000_000 else "JPEG"  # big PNGs cost seconds to write and decode
-        name = f"a.{fmt.lower()}"
-        alone = {name: image_bytes(width, height, fmt=fmt, seed=index)}
-        user = [{"type": "image", "image": name}, {"type": "text", "text": f"What is in\n\nthis {index}?"}]
-        samples.append(SyntheticSample(key=f"one{index:03d}", json={"messages": _messages(user, f"One {index}.")}, media=alone))
-        pair = {**alone, "b.jpg": image_bytes(*SIZES[-index - 1], seed=index)}
-        user = [{"type": "image", "image": name}, {"type": "text", "text": "Left and"},
-                {"type": "image", "image": "b.jpg"}, {"type": "text", "text": " right?"}]  # fmt: skip
-        samples.append(SyntheticSample(key=f"two{index:03d}", json={"messages": _messages(user, f"Two {index}.")}, media=pair))
-    three = {f"m{i}.jpg": image_bytes(*size, seed=i) for i, size in enumerate([(640, 480), (2000, 10), (1, 1)])}
-    user = [{"type": "image", "image": name} for name in three] + [{"type": "text", "text": "Three."}]
-    samples.append(SyntheticSample(key="three", json={"messages": _messages(user, "Yes.")}, media=three))
-    write_shard(root / "edges.tar", samples)
-    return root
+OV, OV_VIDEO = row("llava_onevision"), row("llava_onevision-video")
 
 
 @pytest.fixture(scope="module")
 def ov_dirs(tmp_path_factory) -> dict[str, Path]:
     return {layout: build_processor_dir(tmp_path_factory.mktemp(f"ov_{layout}"), "llava_onevision", layout=layout)
-            for layout in LAYOUTS}  # fmt: skip
+            for layout in ("hub", "transformers5")}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def wds(tmp_path_factory) -> Path:
-    return _dataset(tmp_path_factory.mktemp("ov_wds"))
+    return OV.data.build(tmp_path_factory.mktemp("ov_wds"))
 
-
-
-def _reference(processor, conversation, parts, counter=None) -> list[int]:
-    """The processor's input_ids for one sample: its images as one list (as apply_chat_template passes them),
-    its videos as the frames the shared sampler picks (needs ``counter`` and the video processor)."""
-    text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
-    images = [Image.open(io.BytesIO(parts[m.part])) for m in conversation.media if m.kind == "image"]
-    videos = []
-    for m in conversation.media:
-        if m.kind == "video":
-            sampling = counter.probe("video", parts[m.part], part=m.part).sampling
-            videos.append(decode_frames(parts[m.part], sampling, resize=False))
-    out = processor(text=[text], images=[images] if images else None, videos=videos or None)
-    return list(out["input_ids"][0])
-
-
-def _scan_matches_reference(tmp_path, wds, directory, processor, path_line, *, videos: bool, **kwargs) -> dict:
-    """Run ``vlmpack scan`` (it prints ``path_line``); every row's counts equal the reference's; the kinds seen."""
-    video = kwargs.pop("video", None) or {"max_frames": 12}
-    config = scan_config(tmp_path, wds, directory, max_token_len=1_000_000, sections={"video": video}, **kwargs)
-    result = CliRunner().invoke(cli, ["scan", "--config", str(config)])
-    assert result.exit_code == 0, result.output + repr(result.exception)
-    assert path_line in result.output
-    counter = make_counter(_load(config))
-    samples = samples_in(wds)
-    with Manifest(manifest_path(tmp_path / "work")) as manifest:
-        rows = list(manifest.iter_samples())
-    assert len(rows) == len(samples)
-    media_ids = (processor.image_token_id, processor.video_token_id)
-    seen = {"text": 0, "image": 0, "multi": 0, "video": 0}
-    for row in rows:
-        conversation, parts = samples[row.key]
-        kinds = [m.kind for m in conversation.media]
-        assert row.status == "ok", (row.key, row.status, row.error)
-        if "video" in kinds and not videos:
-            continue
-        ids = _reference(processor, conversation, parts, counter)
-        assert (row.token_len, row.media_tokens) == (len(ids), sum(ids.count(i) for i in media_ids)), row.key
-        kind = "video" if "video" in kinds else "text" if not kinds else "image" if len(kinds) == 1 else "multi"
-        seen[kind] += 1
-    return seen
-
-
-def _load(config_path: Path):
-    from vlmpack_offline.config import load_config
-
-    return load_config(config_path)
-
-
-PATH_LINE = "llava_onevision: fast path (729 tokens per 384x384 tile, anyres_max_9 over 36 grids"
-
-
-@pytest.mark.slow  # the whole scan stage
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_scan_counts_equal_the_real_processor(tmp_path, layout, ov_dirs, wds):
-    directory = ov_dirs[layout]
-    assert (directory / "preprocessor_config.json").exists() == (layout == "hub")
-    processor = _ImagesOnly.from_pretrained(directory)
-    assert type(processor.image_processor).__name__ == "LlavaOnevisionImageProcessorPil"
-    assert (processor.num_image_tokens, processor.vision_aspect_ratio) == (729, "anyres_max_9")
-    seen = _scan_matches_reference(tmp_path, wds, directory, processor, PATH_LINE, videos=False)
-    assert seen["text"] >= 2 and seen["image"] >= len(SIZES) and seen["multi"] >= len(SIZES) + 1, seen
 
 
 def test_the_reference_call_is_apply_chat_templates(ov_dirs, wds):
-    """``images=[images]`` (one list per sample) is what ``apply_chat_template`` hands the processor;
+    """``images=[images]`` (one list per sample, the table row's ``nested_images``) is what ``apply_chat_template`` hands the processor;
     a flat list would tile every image of a multi-image sample (and give another count)."""
-    processor = _ImagesOnly.from_pretrained(ov_dirs["hub"])
+    processor = OV.oracle(ov_dirs["hub"])
     conversation, parts = samples_in(wds)["two006"]
     images = [Image.open(io.BytesIO(parts[m.part])) for m in conversation.media]
     loaded = iter(images)
     messages = [{**m, "content": [{**item, "image": next(loaded)} if item.get("type") == "image" else item
                                   for item in m["content"]]} for m in conversation.messages]  # fmt: skip
     applied = processor.apply_chat_template(messages, tokenize=True, return_dict=True)
-    assert list(applied["input_ids"][0]) == _reference(processor, conversation, parts)
+    assert list(applied["input_ids"][0]) == OV.reference_ids(processor, conversation, parts, None)
     text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
     assert len(processor(text=[text], images=images)["input_ids"][0]) > len(applied["input_ids"][0])
-
-
-def test_materialize_gives_the_processor_input_ids(ov_dirs, wds, make_config):
-    directory = ov_dirs["transformers5"]
-    processor = _ImagesOnly.from_pretrained(directory)
-    counter = make_counter(make_config(wds_dir="unused", processor_dir=directory))
-    checked = 0
-    for key, (conversation, parts) in samples_in(wds).items():
-        if any(m.kind == "video" for m in conversation.media):
-            continue
-        media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
-        materialized = counter.materialize(conversation, media)
-        ids = _reference(processor, conversation, parts)
-        assert materialized.input_ids == ids, key
-        learned = [i for i, m in zip(ids, materialized.assistant_mask, strict=True) if m]
-        assert processor.image_token_id not in learned
-        if key.startswith(("one", "two")):  # one assistant turn: its text and <|im_end|> (the markers hold the text)
-            answer = f"{'One' if key.startswith('one') else 'Two'} {int(key[3:])}."
-            assert processor.tokenizer.decode(learned) == answer + "<|im_end|>"
-        checked += 1
-    assert checked >= 2 * len(SIZES) + 5
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -193,7 +70,7 @@ def test_processor_kwargs_change_the_count_as_in_the_processor(ov_dirs, wds, mak
     """Settings from model.processor_kwargs, as ``from_pretrained`` hands them to the processor and its
     image processor; counted with ``count`` (the scan's own entry) on every other edge size, alone and paired."""
     directory = ov_dirs["hub"]
-    processor = _ImagesOnly.from_pretrained(directory, **kwargs)
+    processor = OV.oracle(directory, **kwargs)
     config = make_config(wds_dir="unused", processor_dir=directory,
                          model={"processor_kwargs": {"pretrained_model_name_or_path": str(directory), **kwargs}})  # fmt: skip
     counter = make_counter(config)
@@ -203,18 +80,13 @@ def test_processor_kwargs_change_the_count_as_in_the_processor(ov_dirs, wds, mak
             continue
         media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
         count = counter.count(conversation, media)
-        ids = _reference(processor, conversation, parts)
+        ids = OV.reference_ids(processor, conversation, parts, None)
         assert (count.token_len, count.media_tokens) == (len(ids), ids.count(processor.image_token_id)), key
         checked += 1
-    assert checked == len(SIZES)
+    assert checked == len(OV.data.sizes)
 
 
-def test_settings_are_read_from_both_layouts(tmp_path, ov_dirs, make_config):
-    for directory in ov_dirs.values():
-        rules = load_model_rules(make_config(wds_dir="unused", processor_dir=directory).model)
-        assert (rules.model_type, rules.fast, rules.tokens_per_image) == ("llava_onevision", True, 729)
-        assert (rules.tile_size, rules.vision_aspect_ratio, rules.feature_select_strategy) == ((384, 384), "anyres_max_9", "full")
-        assert len(rules.grid_pinpoints) == 36 and rules.temporal_patch_size == 1
+def test_a_folder_without_num_image_tokens_is_refused(tmp_path, make_config):
     custom = build_processor_dir(tmp_path / "custom", "llava_onevision")
     settings = json.loads((custom / "processor_config.json").read_text())
     (custom / "processor_config.json").write_text(json.dumps({**settings, "num_image_tokens": None}))
@@ -228,21 +100,7 @@ def test_settings_are_read_from_both_layouts(tmp_path, ov_dirs, make_config):
 @pytest.fixture(scope="module")
 def ov_video_dirs(tmp_path_factory) -> dict[str, Path]:
     return {layout: build_processor_dir(tmp_path_factory.mktemp(f"ov_video_{layout}"), "llava_onevision",
-                                        layout=layout, video=True) for layout in LAYOUTS}  # fmt: skip
-
-
-@pytest.mark.slow  # the whole scan stage
-@pytest.mark.torchvision
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_scan_counts_equal_autoprocessor_with_videos(tmp_path, layout, ov_video_dirs, wds):
-    from transformers import AutoProcessor
-
-    directory = ov_video_dirs[layout]
-    processor = AutoProcessor.from_pretrained(directory)
-    assert type(processor.video_processor).__name__ == "LlavaOnevisionVideoProcessor"
-    assert processor.video_processor.do_sample_frames is False  # it takes every frame it is given
-    seen = _scan_matches_reference(tmp_path, wds, directory, processor, PATH_LINE, videos=True)
-    assert seen["video"] >= 2 and seen["image"] >= len(SIZES) and seen["multi"] >= len(SIZES), seen
+                                        layout=layout, video=True) for layout in ("hub", "transformers5")}  # fmt: skip
 
 
 @pytest.mark.torchvision
@@ -260,7 +118,7 @@ def test_frame_counts_follow_the_video_config(tmp_path, ov_video_dirs, wds, make
                 continue
             media = [counter.probe(m.kind, parts[m.part], part=m.part) for m in conversation.media]
             count = counter.count(conversation, media)
-            ids = _reference(processor, conversation, parts, counter)
+            ids = OV_VIDEO.reference_ids(processor, conversation, parts, counter)
             assert (count.token_len, count.media_tokens) == (
                 len(ids), ids.count(processor.image_token_id) + ids.count(processor.video_token_id)), key  # fmt: skip
             counts.add(count.token_len)
@@ -301,6 +159,6 @@ def test_a_video_past_200_to_1_is_counted_as_the_processor_takes_it(ov_video_dir
     conversation = Conversation(messages=messages, media=(MediaRef(kind="video", part="v.mp4"),))
     media = [counter.probe("video", parts["v.mp4"], part="v.mp4")]
     count = counter.count(conversation, media)
-    ids = _reference(processor, conversation, parts, counter)
+    ids = OV_VIDEO.reference_ids(processor, conversation, parts, counter)
     assert media[0].sampling.n_frames >= 2
     assert (count.token_len, count.media_tokens) == (len(ids), ids.count(processor.video_token_id))

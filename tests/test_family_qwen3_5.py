@@ -1,20 +1,15 @@
-"""Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``) and Qwen3-VL MoE (``qwen3_vl_moe``) folders counted against their own processors.
+"""Qwen3.5 (``qwen3_5``): what only Qwen3.5 has, beyond the conformance table's checks.
 
-The folders (``synthetic/folder_qwen3_5.py``) hold Qwen/Qwen3.5-9B's published preprocessor and video
-preprocessor settings and its chat template; ``AutoProcessor`` resolves them to the classes transformers
-5 registers for these model types (``Qwen3VLProcessor``, ``Qwen2VLImageProcessor``, ``Qwen3VLVideoProcessor``,
-``Qwen3_5Tokenizer`` for Qwen3.5). Oracles:
+Counts against the real ``AutoProcessor`` on the whole scan (``qwen3_5`` in both layouts, ``qwen3_5_moe``,
+``qwen3_vl_moe``; edge-size images, past 200:1 refused, videos whose frames the processor samples itself,
+materialize) are the ``qwen3_5*`` / ``qwen3_vl_moe`` rows of ``tests/_families_table.py``. Here:
 
-- ``.venv-ref`` (torchvision): the real ``AutoProcessor`` of each folder, run on the rendered chat, the decoded
-  images and, for videos, every frame of the video (decord) with its ``VideoMetadata`` (the processor samples
-  the frames itself, from the folder's ``video_preprocessor_config.json``). Its ``input_ids`` length and its
-  ``<|image_pad|>`` + ``<|video_pad|>`` count equal the scan's ``token_len`` / ``media_tokens`` (the whole
-  ``vlmpack scan`` stage) for text, image, multi-image, edge-size (1x1 .. 200:1; past 200:1 both refuse) and
-  video samples.
+- the folder holds Qwen/Qwen3.5-9B's published video settings, as the real ``Qwen3VLVideoProcessor`` reads them;
 - ``.venv`` (no torchvision): the real ``Qwen3VLProcessor`` loaded from the folder without its video processor
   (images and text through its own code), and for videos its real ``Qwen3VLVideoProcessor.sample_frames`` +
   the Qwen3-VL video ``smart_resize`` + ``replace_video_token`` (the parts of the video path that need no
-  torchvision).
+  torchvision) give ``count`` and ``materialize``;
+- the thinking template's multi-turn labels.
 """
 
 from __future__ import annotations
@@ -24,29 +19,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
-from _family_kit import edge_dataset, images_only, samples_in
-from click.testing import CliRunner
+from _families_table import row
+from _family_kit import images_only, samples_in
 from PIL import Image
 from transformers import Qwen3VLProcessor
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as video_smart_resize
 from transformers.video_utils import VideoMetadata
 
-from vlmpack_offline.cli import cli
-from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.reasons import Reason
 from vlmpack_offline.synthetic import folder_qwen3_5
-from vlmpack_offline.synthetic.shards import SyntheticSample, image_bytes, video_bytes, write_shard
 from vlmpack_offline.tokens import VideoMedia, make_counter
 
-# (width, height): tiny, factor-sized, wide / tall up to 200:1 (counted), past it (refused by both)
-SIZES = [(1, 1), (31, 33), (32, 32), (100, 100), (1920, 1080), (777, 333), (200, 1), (1, 200), (250, 1)]
-# (frames, fps, width, height): short, odd count, longer at 25 fps, portrait, slow
-VIDEOS = [(30, 10, 96, 64), (7, 5, 64, 48), (100, 25, 160, 90), (48, 24, 48, 96), (9, 3, 320, 240)]
-CASES = [("qwen3_5", "hub"), ("qwen3_5", "transformers5"), ("qwen3_5_moe", "transformers5"), ("qwen3_vl_moe", "hub")]
-# the MoE folders differ from the dense ones in config.json only: their full scans run with the slow tests
-SCAN_CASES = [pytest.param(case, marks=[pytest.mark.slow] if "moe" in case[0] else [], id="-".join(case)) for case in CASES]
+QWEN3_5 = row("qwen3_5")
+CASES = [("qwen3_5", "hub"), ("qwen3_5", "transformers5")]
 
 
 class _Folders(dict):
@@ -68,24 +53,12 @@ def folders(tmp_path_factory) -> _Folders:
 
 @pytest.fixture(scope="module")
 def wds(tmp_path_factory) -> Path:
-    """The generated dataset with edge-size images, plus video samples of several lengths, rates and sizes."""
-    root = edge_dataset(tmp_path_factory.mktemp("qwen3_5_wds"), seed=11, samples_per_shard=8, sizes=SIZES,
-                        second_image=(640, 480))  # fmt: skip
-    samples = []
-    for index, spec in enumerate(VIDEOS):
-        media = {"v.mp4": video_bytes(*spec, seed=index)}
-        user = [{"type": "video", "video": "v.mp4"}, {"type": "text", "text": f"What happens in clip {index}?"}]
-        if index == 0:  # a second video and an image in the same turn
-            media |= {"w.mp4": video_bytes(12, 6, 64, 64, seed=9), "i.png": image_bytes(300, 200, fmt="PNG")}
-            user += [{"type": "image", "image": "i.png"}, {"type": "video", "video": "w.mp4"}]
-        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": f"Clip {index}."}]
-        samples.append(SyntheticSample(key=f"vid{index:02d}", json={"messages": messages}, media=media))
-    write_shard(root / "videos.tar", samples)
-    return root
+    """The table row's data: the generated dataset with edge-size images, plus clips of several lengths and rates."""
+    return QWEN3_5.data.build(tmp_path_factory.mktemp("qwen3_5_wds"))
 
 
 def test_folders_are_the_published_qwen3_5_settings(folders):
-    for model_type, layout in CASES[:2]:  # the MoE folders: built and loaded by their (slow) scans
+    for model_type, layout in CASES:
         directory = folders[model_type, layout]
         assert (directory / "preprocessor_config.json").exists() == (layout == "hub")
         assert f'"model_type": "{model_type}"' in (directory / "config.json").read_text()
@@ -104,58 +77,6 @@ def _decoded(data: bytes) -> tuple[np.ndarray, VideoMetadata]:
     reader = decord.VideoReader(io.BytesIO(data), num_threads=1)
     assert len(reader) == len(frames)
     return frames, VideoMetadata(total_num_frames=len(reader), fps=float(reader.get_avg_fps()))
-
-
-def _scan(tmp_path: Path, wds: Path, directory: Path) -> list:
-    raw = {
-        "data": {"wds_dir": str(wds), "work_dir": str(tmp_path / "work"), "packed_wds_dir": str(tmp_path / "packed")},
-        "sample": {"max_token_len": 262144},
-        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(directory)}},
-        "scan": {"max_drop_ratio": 1.0},  # past 200:1 drops on purpose
-    }
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    result = CliRunner().invoke(cli, ["scan", "--config", str(config)])
-    assert result.exit_code == 0, result.output + repr(result.exception)
-    with Manifest(manifest_path(tmp_path / "work")) as manifest:
-        return list(manifest.iter_samples())
-
-
-@pytest.mark.torchvision
-@pytest.mark.parametrize("case", SCAN_CASES)
-def test_scan_counts_equal_the_real_auto_processor(tmp_path, case, folders, wds):
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(folders[case])
-    assert f'"model_type": "{case[0]}"' in (folders[case] / "config.json").read_text()
-    assert type(processor).__name__ == "Qwen3VLProcessor"
-    assert type(processor.video_processor).__name__ == "Qwen3VLVideoProcessor"
-    assert type(processor.tokenizer).__name__ == ("Qwen3_5Tokenizer" if case[0].startswith("qwen3_5") else "Qwen2Tokenizer")
-    pads = {processor.tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>")}
-    samples = samples_in(wds)
-    rows = _scan(tmp_path, wds, folders[case])
-    assert len(rows) == len(samples)
-    seen = {"text": 0, "image": 0, "multi": 0, "video": 0, "refused": 0}
-    for row in rows:
-        conversation, parts = samples[row.key]
-        kinds = [m.kind for m in conversation.media]
-        text = processor.tokenizer.apply_chat_template(list(conversation.messages), tokenize=False)
-        images = [Image.open(io.BytesIO(parts[m.part])) for m in conversation.media if m.kind == "image"]
-        decoded = [_decoded(parts[m.part]) for m in conversation.media if m.kind == "video"]
-        kwargs = {"images": images or None}
-        if decoded:
-            kwargs |= {"videos": [f for f, _ in decoded], "video_metadata": [m for _, m in decoded]}
-        if row.status == Reason.UNSUPPORTED_ASPECT:
-            with pytest.raises(ValueError, match="aspect ratio"):
-                processor(text=[text], **kwargs)
-            seen["refused"] += 1
-            continue
-        assert row.status == "ok", (row.key, row.status, row.error)
-        ids = list(processor(text=[text], **kwargs)["input_ids"][0])
-        assert (row.token_len, row.media_tokens) == (len(ids), sum(i in pads for i in ids)), row.key
-        seen["video" if "video" in kinds else "text" if not kinds else "image" if len(kinds) == 1 else "multi"] += 1
-    assert seen["refused"] == 1 and seen["video"] >= len(VIDEOS) + 2 and seen["multi"] >= len(SIZES) - 1, seen
-    assert seen["text"] >= 1 and seen["image"] >= 2, seen
 
 
 def test_counts_equal_the_processor_classes_without_torchvision(folders, wds, make_config):

@@ -3,7 +3,7 @@
 Run offline on real processors that need no torchvision: LLaVA-1.5 (``LlavaProcessor``, CLIP
 336 px, patch 14; its folder is the Qwen BPE plus ``<image>``, the public settings and a small
 template), and Gemma3's real ``Gemma3Processor`` run as the slow path, whose counts must equal
-the fast path's (checked against the same processor in ``test_family_gemma3.py``). Expected
+the fast path's (checked against the same processor by the ``gemma3`` row of ``_families_table.py``). Expected
 media tokens are worked out by hand from the public settings:
 
     LLaVA-1.5   (336 / 14)**2 = 576 <image> per image (CLS +1, removed by "default" select: -1)

@@ -224,7 +224,7 @@ def test_counts_equal_replace_video_token_without_torchvision(dirs, wds, make_co
 
 
 @pytest.mark.torchvision
-@pytest.mark.parametrize("layout", ["transformers5"])  # both layouts: test_family_kimi_k25.py's generated videos
+@pytest.mark.parametrize("layout", ["transformers5"])  # both layouts: test_conformance_counts.py's generated videos
 def test_scan_counts_equal_the_real_processor(tmp_path, layout, dirs, wds):
     from transformers import AutoProcessor
 

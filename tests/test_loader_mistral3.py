@@ -1,7 +1,7 @@
 """The loader on a Mistral3 packed dataset: every sub-sample as the real ``PixtralProcessor`` makes it alone.
 
 The pipeline runs for real (scan -> bucket -> plan -> write) on a generated dataset with the offline
-Mistral3 folder (transformers-5 layout; both layouts are counted in ``test_family_mistral3.py``); the loader
+Mistral3 folder (transformers-5 layout; both layouts are counted in ``test_conformance_counts.py``); the loader
 (``PackEncoder.from_packed_dir``) turns every pack into a ``PackBatch``. The oracle is transformers'
 ``PixtralProcessor`` from ``AutoProcessor`` (it needs torchvision: ``.venv-ref``), run on each sub-sample
 alone with its decoded images: ``input_ids`` equal, each sub-sample's planned length, 1-D positions
