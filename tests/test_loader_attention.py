@@ -41,6 +41,39 @@ def test_cpu_varlen_attention_equals_attention_per_sub_sample():
         assert (out[start:end] - ref).abs().max() < 1e-5
 
 
+def _torch_2_10_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None):
+    """torch 2.10's ``varlen_attn`` signature (no ``scale``, ``window_size`` or ``enable_gqa``: equal heads only),
+    computed per segment with its default scale."""
+    assert key.shape[1] == query.shape[1], "this varlen_attn takes no grouped-query keys"
+    out = torch.empty_like(query)
+    for start, end in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist(), strict=True):
+        out[start:end] = F.scaled_dot_product_attention(
+            *(t[start:end].transpose(0, 1) for t in (query, key, value)), is_causal=is_causal).transpose(0, 1)
+    return out
+
+
+def test_an_older_torch_varlen_signature_gets_the_same_attention(monkeypatch):
+    """A device's torch may predate ``varlen_attn``'s ``scale`` / ``window_size`` / ``enable_gqa``: the call adapts
+    to the signature it finds (grouped-query heads repeated, the scale folded into the queries)."""
+    from vlmpack_offline.loader import attention
+
+    monkeypatch.setattr(attention, "varlen_backend", lambda device: "torch_varlen")
+    monkeypatch.setattr(attention, "_torch_varlen_func", lambda: _torch_2_10_varlen_attn)
+    torch.manual_seed(1)
+    lengths = [4, 2, 6]
+    q, k, v = (torch.randn(sum(lengths), 4, 8) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]
+    cu = torch.tensor(np.cumsum([0, *lengths]), dtype=torch.int32)
+    for causal in (True, False):
+        out = attention.varlen_attention(q, k, v, cu, max(lengths), causal=causal, scale=0.3)
+        for start, end in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+            ref = F.scaled_dot_product_attention(
+                q[start:end].transpose(0, 1), k[start:end].transpose(0, 1).repeat_interleave(2, 0),
+                v[start:end].transpose(0, 1).repeat_interleave(2, 0), is_causal=causal, scale=0.3,
+            ).transpose(0, 1)  # fmt: skip
+            assert (out[start:end] - ref).abs().max() < 1e-5
+
+
 def test_video_patches_of_two_identical_frames_equal_the_image_patches(qwen25_processor_dir):
     processor = MediaProcessor.from_processor_dir(qwen25_processor_dir)
     rng = np.random.default_rng(0)

@@ -18,7 +18,9 @@ an HF model runs a pack on CPU.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +44,14 @@ def _torch_varlen_func():
     except ImportError:
         return None
     return varlen_attn
+
+
+@functools.cache
+def _varlen_keywords(varlen) -> frozenset[str]:
+    """The keywords this torch's ``varlen_attn`` takes (its signature moved between releases: 2.10 has
+    ``is_causal`` and no ``scale``; 2.12 ``window_size``, ``scale`` and ``enable_gqa``), read from the function
+    rather than the version number."""
+    return frozenset(inspect.signature(varlen).parameters)
 
 
 def varlen_backend(device: torch.device | str) -> str:
@@ -117,11 +127,22 @@ def varlen_attention(
         return flash(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=causal, softmax_scale=scale)
     if backend == "torch_varlen":
         varlen = _torch_varlen_func()
-        window = (-1, 0) if causal else (-1, -1)
-        return varlen(
-            q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-            scale=scale, window_size=window, enable_gqa=k.shape[1] != q.shape[1],
-        )  # fmt: skip
+        takes = _varlen_keywords(varlen)
+        kwargs: dict = {}
+        if scale is not None and "scale" in takes:
+            kwargs["scale"] = scale
+        elif scale is not None:  # torch 2.10's takes none: its default 1/sqrt(head_dim), the queries rescaled
+            q = q * (scale * q.shape[-1] ** 0.5)
+        if "window_size" in takes:  # torch >= 2.12; before it, is_causal
+            kwargs["window_size"] = (-1, 0) if causal else (-1, -1)
+        else:
+            kwargs["is_causal"] = causal
+        if k.shape[1] != q.shape[1]:
+            if "enable_gqa" in takes:
+                kwargs["enable_gqa"] = True
+            else:  # a torch whose varlen_attn takes no enable_gqa: every query head gets its key / value head
+                k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+        return varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
     mask = block_causal_mask(cu_seqlens, causal=causal)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None],
