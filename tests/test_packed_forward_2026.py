@@ -64,9 +64,10 @@ def _rope_hunyuan(model, out):
 
 
 def _rope_omni(model, out):
-    """The Thinker's (its mixin's) ``get_rope_index``; video frames spaced by the processor's seconds per grid."""
+    """The Thinker's (its mixin's) ``get_rope_index``, as its forward calls it (with the attention mask); video
+    frames spaced by the processor's seconds per grid."""
     return model.model.get_rope_index(out["input_ids"], out.get("image_grid_thw"), out.get("video_grid_thw"),
-                                      second_per_grids=out.get("video_second_per_grid"))[0]  # fmt: skip
+                                      out["attention_mask"], second_per_grids=out.get("video_second_per_grid"))[0]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ class Family:
     rope_shape: int = 3  # axes of its positions
     oracle_kwargs: dict = field(default_factory=dict)  # processor call kwargs the model's forward needs
     recurrent: bool = False  # recurrent text layers (conv, KDA): packed only with their kernels (causal-conv1d, fla)
+    mixes_media: bool = True  # its forward takes images and videos together (Molmo2's refuses both at once)
+    pointers: dict = field(default_factory=dict)  # field -> the pixel field its indices point into (Molmo2's pooling)
 
 
 FAMILIES: dict[str, Family] = {
@@ -138,6 +141,7 @@ FAMILIES: dict[str, Family] = {
          "vision_config": {**VISION, "num_hidden_layers": 2},
          "adapter_config": {**VISION, "vision_feature_layer": [-1, -2], "text_hidden_size": 64}},
         video=(16, 8, 64, 48), core_images=False, vocab_keys=(),  # its image processor needs torchvision
+        mixes_media=False, pointers={"image_token_pooling": "pixel_values", "video_token_pooling": "pixel_values_videos"},
     ),
     "qwen2_5_omni": Family(
         "Qwen2_5OmniThinkerForConditionalGeneration",
@@ -173,11 +177,14 @@ MEDIA = {"m0.jpg": image_bytes(224, 224, seed=1), "m1.png": image_bytes(120, 300
          "m2.jpg": image_bytes(400, 150, seed=3)}  # fmt: skip
 
 
-def _turns(video: bool) -> list[tuple[list[dict], str]]:
-    """Text, one image, two images; with a video in place of the text sub-sample where the family takes one."""
-    first = ([{"type": "video", "video": "v0.mp4"}, text_item("What moves?")], ANSWERS[3]) if video else (
-        [text_item("Say hello to everyone in this room, please.")], ANSWERS[0])  # fmt: skip
-    return [first, ([{"type": "image", "image": "m0.jpg"}, text_item("What is it?")], ANSWERS[1]),
+def _turns(family: Family, video: bool) -> list[tuple[list[dict], str]]:
+    """Text, one image, two images; with a video in place of the text sub-sample where the family takes one (a
+    family that takes no images and videos together: video, text, video)."""
+    text = ([text_item("Say hello to everyone in this room, please.")], ANSWERS[0])
+    clip = ([{"type": "video", "video": "v0.mp4"}, text_item("What moves?")], ANSWERS[3])
+    if video and not family.mixes_media:
+        return [clip, text, ([{"type": "video", "video": "v1.mp4"}, text_item("And here?")], ANSWERS[3])]
+    return [clip if video else text, ([{"type": "image", "image": "m0.jpg"}, text_item("What is it?")], ANSWERS[1]),
             ([{"type": "image", "image": "m1.png"}, text_item("and"), {"type": "image", "image": "m2.jpg"}], ANSWERS[2])]
 
 
@@ -301,10 +308,10 @@ def case(request, tmp_path_factory) -> Case:
     model = tiny_model(model_type, folder)  # before the loader: it reads the model's config from the folder
     media = dict(MEDIA)
     if video:
-        media["v0.mp4"] = video_bytes(*family.video, seed=4)
+        media.update({f"v{i}.mp4": video_bytes(*family.video, seed=4 + i) for i in range(2)})
     processor = oracle_processor(folder, video)
     subs = []
-    for index, (user, answer) in enumerate(_turns(video)):
+    for index, (user, answer) in enumerate(_turns(family, video)):
         messages = ({"role": "user", "content": user}, {"role": "assistant", "content": [text_item(answer)]})
         subs.append(PackedSubSample(id=f"s{index}", token_len=0, media_tokens=0, messages=messages))
     oracle = [alone(processor, family, sub, media) for sub in subs]
@@ -318,10 +325,13 @@ def case(request, tmp_path_factory) -> Case:
 
 
 def _params() -> list:
+    """An image pack where the core env runs it, or no video pack holds images too; a video pack where it takes
+    video (it holds image sub-samples too, ``_turns``)."""
     out = []
     for model_type, family in FAMILIES.items():
-        marks = [] if family.core_images else [pytest.mark.torchvision]
-        out.append(pytest.param((model_type, False), id=f"{model_type}-images", marks=marks))
+        if family.core_images or family.video is None or not family.mixes_media:
+            marks = [] if family.core_images else [pytest.mark.torchvision]
+            out.append(pytest.param((model_type, False), id=f"{model_type}-images", marks=marks))
         if family.video is not None:
             out.append(pytest.param((model_type, True), id=f"{model_type}-video", marks=[pytest.mark.torchvision]))
     return out
@@ -365,8 +375,21 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(case):
     media_names = {k for k in forward if not k.endswith("token_type_ids") and k != "input_ids" and k != "attention_mask"}
     assert media_names == set(batch.vision) - {k for k in batch.vision if k.endswith("token_type_ids")}
     for name in media_names:
-        expected = torch.cat([o[name] for o in case.oracle if name in o])
+        expected = torch.cat(_pointing_into_the_pack(case.oracle, name, case.family.pointers.get(name)))
         assert torch.equal(batch.vision[name], expected), name
+
+
+def _pointing_into_the_pack(oracle: list[dict], name: str, pixels: str | None) -> list[torch.Tensor]:
+    """Each sub-sample's ``name``; indices into its own patches (``pixels``, flattened) moved past the patches of the
+    sub-samples before it, where the pack's field points into the pack's patches (-1 stays: no patch)."""
+    out, before = [], 0
+    for o in oracle:
+        if name in o:
+            value = o[name]
+            out.append(torch.where(value >= 0, value + before, value) if pixels else value)
+        if pixels and pixels in o:
+            before += o[pixels].shape[0] * o[pixels].shape[1]
+    return out
 
 
 @pytest.mark.slow
@@ -397,13 +420,31 @@ def test_a_packed_forward_equals_each_sub_sample_alone(case):
         with torch.no_grad(), pytest.raises(ValueError, match="packed sequences"):
             case.model(**kwargs)
         return
-    scored = torch.nonzero(batch.labels[0] != IGNORE_INDEX)[:, 0]
+    scored = batch.labels[0] != IGNORE_INDEX
+    # logits at the scored positions only where the forward can (a video pack's [S, vocab 151k] is gigabytes)
+    keep = "logits_to_keep" in _forward_fields(case.model, {"logits_to_keep": None})
+
+    def logits_at(where: torch.Tensor) -> dict:
+        return {"logits_to_keep": torch.nonzero(where)[:, 0]} if keep else {}
+
     with torch.no_grad():
-        packed = case.model(**kwargs, output_hidden_states=True)
-        hidden = [case.model(**_forward_fields(case.model, out), use_cache=False, output_hidden_states=True)
-                  for out in case.oracle]  # fmt: skip
+        packed = case.model(**kwargs, **logits_at(scored), output_hidden_states=True)
+        hidden = [case.model(**_forward_fields(case.model, out), **logits_at(scored[start:end]), use_cache=False,
+                             output_hidden_states=True) for out, (start, end) in zip(case.oracle, _bounds(batch), strict=True)]  # fmt: skip
     alone_hidden = torch.cat([h.hidden_states[-1] for h in hidden], dim=1)
     alone_logits = torch.cat([h.logits for h in hidden], dim=1)
     assert packed.hidden_states[-1].shape == alone_hidden.shape
     assert (packed.hidden_states[-1] - alone_hidden).abs().max() < TOL
-    assert (packed.logits[0, scored] - alone_logits[0, scored]).abs().max() < TOL
+    if not keep:
+        packed_logits, alone_logits = packed.logits[0, scored], alone_logits[0, scored]
+    else:
+        packed_logits, alone_logits = packed.logits[0], alone_logits[0]
+    assert packed_logits.shape == (int(scored.sum()), case.model.config.get_text_config().vocab_size)
+    assert (packed_logits - alone_logits).abs().max() < TOL
+    # the packing is visible: read as one sequence (positions running on, no mask) the pack gives other states
+    positions = kwargs["position_ids"]
+    whole = {k: v for k, v in kwargs.items() if k != "attention_mask"}
+    whole["position_ids"] = torch.arange(positions.shape[-1]).expand_as(positions)
+    with torch.no_grad():
+        whole = case.model(**whole, **({"logits_to_keep": 1} if keep else {}), output_hidden_states=True)
+    assert (whole.hidden_states[-1] - alone_hidden).abs().max() > 1e-3
