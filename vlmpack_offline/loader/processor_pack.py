@@ -13,7 +13,7 @@ each sub-sample's rendered chat and decoded media, the same inputs the scan coun
 The pack's sub-samples go through ONE processor call, as a batch of samples (``text=[...]``, each
 sample's images and videos nested), the way HF batches samples for its models: fields that index
 across a batch come out consistent (Molmo2's ``image_token_pooling`` points into the batch's crops),
-and each row is the sub-sample alone (tests/test_processor_family_loader.py compares every row with
+and each row is the sub-sample alone (tests/test_packed_forward_2026.py compares every row with
 the processor called on that sub-sample alone). Per row, padding removed by ``attention_mask``::
 
     input_ids           checked against the planned token_len (LengthMismatchError)
@@ -23,7 +23,8 @@ the processor called on that sub-sample alone). Per row, padding removed by ``at
                         [1, S] over the pack, in the vision container
     media fields        every field of model_input_names the model's forward takes (pixel_values,
                         image_grid_thw, video_second_per_grid, image_position_ids, num_frames_per_video, ...),
-                        as the batch call made them
+                        as the batch call made them (Molmo2's forward refuses images and videos in one call:
+                        its packs need ``packing.group_by: media_type``, the default)
     positions           the model's rope index on each row alone (``RopeIndex.positions`` on the row's ids,
                         token fields and its own items of the per-image / per-video fields): a batch call
                         numbers some axes across the batch (HunYuan-VL's image-index axis counts the batch's
