@@ -16,10 +16,16 @@ through the real loader: ``PackEncoder`` on the folder ``synthetic/folder_<type>
   model with one), else ``arange(L)``;
 - (c) a tiny random model (the folder's config with small sizes, fp32, sdpa, eval, seed 0): the packed forward
   (``PackBatch.model_kwargs``) equals each sub-sample's forward on the processor's output alone, where the model
-  computes its own positions and mask: the last hidden state at every position, the logits at every scored one.
+  computes its own positions and mask: the last hidden state at every position, the logits at every scored one;
+  read as one sequence (positions running on) the pack gives other states, so the check can fail. A model with
+  recurrent text layers (LFM3's short convolutions, GLM-5-Next's KDA) keeps packed sub-samples apart only with
+  causal-conv1d / flash-linear-attention (CUDA): without them HF refuses the packed forward, which is checked.
 
-Families whose image processor has a PIL class run in the core env; videos, and Molmo2's torchvision-only image
-processor, run where torchvision is (``-m torchvision`` in .venv-ref).
+Families whose processor runs without torchvision (a PIL image class, a processor class that builds without its
+video processor: ERNIE, LFM3, GLM-5-Next, PaddleOCR-VL, HunYuan-VL) run their image packs in the core env; videos,
+Gemma 4's and Qwen-Omni's processors (their classes need the video processor) and Molmo2's torchvision-only image
+processor run where torchvision is (``-m torchvision`` in .venv-ref). Molmo2's forward refuses images and videos
+in one call, so its video pack is video / text / video, and its pooling indices point into the pack's patches.
 """
 
 from __future__ import annotations
@@ -196,6 +202,7 @@ def _set(raw: dict, dotted: str, value) -> None:
 
 
 def _merged(raw: dict, overrides: dict) -> dict:
+    """``raw`` with ``overrides`` merged in, section by section; a rope-parameters mapping replaces the folder's."""
     out = dict(raw)
     for key, value in overrides.items():
         out[key] = _merged(out.get(key) or {}, value) if isinstance(value, dict) and "rope_type" not in value else value
@@ -269,7 +276,7 @@ def alone(processor, family: Family, sub: PackedSubSample, media: dict[str, byte
     return dict(out)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Case:
     family: Family
     model: torch.nn.Module
@@ -371,7 +378,8 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(case):
         labels = batch.labels[0, start:end]
         scored = tokenizer.decode(batch.input_ids[0, start:end][labels != IGNORE_INDEX])
         answer = sub.messages[1]["content"][0]["text"]
-        assert answer in scored and len(scored) - len(answer) < 24, (sub.id, scored)  # + end of turn, think block
+        # the answer and its end of turn (<|end_of_sentence|>: 19 characters), or GLM's empty <think></think>\n
+        assert answer in scored and len(scored) - len(answer) < 24, (sub.id, scored)
     media_names = {k for k in forward if not k.endswith("token_type_ids") and k != "input_ids" and k != "attention_mask"}
     assert media_names == set(batch.vision) - {k for k in batch.vision if k.endswith("token_type_ids")}
     for name in media_names:
