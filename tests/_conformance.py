@@ -212,6 +212,10 @@ class Row:
             return self.build(target, layout, self.folder_video)
         return build_processor_dir(target, self.model_type, layout=layout, video=self.folder_video)
 
+    def folders(self, root: Path) -> dict[str, Path]:
+        """The row's folder in each layout, under ``root``."""
+        return {layout: self.folder(root / layout, layout) for layout in LAYOUTS}
+
     def reference_ids(self, processor, conversation, parts, counter) -> list[int]:
         """The real processor's ``input_ids`` for one sample alone (``ValueError`` where it refuses an image):
         its own chat template's text, the decoded images, and the row's video input."""

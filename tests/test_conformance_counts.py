@@ -88,7 +88,8 @@ def _scan_equals_oracle(tmp_path: Path, r: Row, folder: Path, wds: Path, process
         rows = list(manifest.iter_samples())
     assert len(rows) == len(samples)
     media_ids = r.media_ids(processor)
-    seen = dict.fromkeys(("text", "image", "multi", "video", "refused") + ((r.stress.name,) if r.stress else ()), 0)
+    kinds_seen = ("text", "image", "multi", "video", "refused", "checked") + ((r.stress.name,) if r.stress else ())
+    seen = dict.fromkeys(kinds_seen, 0)
     for row in rows:
         conversation, parts = samples[row.key]
         kinds = [m.kind for m in conversation.media]
@@ -117,6 +118,7 @@ def _scan_equals_oracle(tmp_path: Path, r: Row, folder: Path, wds: Path, process
         if r.per_image is not None:
             assert n_media == r.per_image * len(kinds), row.key
         seen["video" if "video" in kinds else "text" if not kinds else "image" if len(kinds) == 1 else "multi"] += 1
+        seen["checked"] += 1  # compared with the oracle token by token
         if r.stress is not None and "video" not in kinds:
             sizes = [Image.open(io.BytesIO(parts[m.part])).size for m in conversation.media]
             seen[r.stress.name] += r.stress.hit(processor, sizes, n_media)

@@ -23,7 +23,6 @@ from vlmpack_offline.cli import cli
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.families.kimi_k25 import KIMI_K25, navit_resize
 from vlmpack_offline.manifest import Manifest, manifest_path
-from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes
 from vlmpack_offline.tokens import load_model_rules
 
@@ -32,8 +31,7 @@ PATH_LINE = row("kimi_k25").path_line
 
 @pytest.fixture(scope="module")
 def kimi_dirs(tmp_path_factory) -> dict[str, Path]:
-    return {layout: build_processor_dir(tmp_path_factory.mktemp(f"kimi_{layout}"), "kimi_k25", layout=layout)
-            for layout in ("hub", "transformers5")}  # fmt: skip
+    return row("kimi_k25").folders(tmp_path_factory.mktemp("kimi_k25"))
 
 
 def _run_scan(tmp_path: Path, wds: Path, directory: Path, path_line: str, **kwargs) -> list:

@@ -36,8 +36,7 @@ OV, OV_VIDEO = row("llava_onevision"), row("llava_onevision-video")
 
 @pytest.fixture(scope="module")
 def ov_dirs(tmp_path_factory) -> dict[str, Path]:
-    return {layout: build_processor_dir(tmp_path_factory.mktemp(f"ov_{layout}"), "llava_onevision", layout=layout)
-            for layout in ("hub", "transformers5")}  # fmt: skip
+    return OV.folders(tmp_path_factory.mktemp("ov"))
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +98,7 @@ def test_a_folder_without_num_image_tokens_is_refused(tmp_path, make_config):
 
 @pytest.fixture(scope="module")
 def ov_video_dirs(tmp_path_factory) -> dict[str, Path]:
-    return {layout: build_processor_dir(tmp_path_factory.mktemp(f"ov_video_{layout}"), "llava_onevision",
-                                        layout=layout, video=True) for layout in ("hub", "transformers5")}  # fmt: skip
+    return OV_VIDEO.folders(tmp_path_factory.mktemp("ov_video"))
 
 
 @pytest.mark.torchvision

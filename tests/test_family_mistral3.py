@@ -34,8 +34,7 @@ MISTRAL3 = row("mistral3")
 
 @pytest.fixture(scope="module")
 def mistral_dirs(tmp_path_factory) -> dict[str, Path]:
-    return {layout: build_processor_dir(tmp_path_factory.mktemp(f"mistral3_{layout}"), "mistral3", layout=layout)
-            for layout in ("hub", "transformers5")}  # fmt: skip
+    return MISTRAL3.folders(tmp_path_factory.mktemp("mistral3"))
 
 
 @pytest.fixture(scope="module")
