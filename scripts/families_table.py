@@ -158,14 +158,32 @@ def model_types() -> list[tuple[str, str]]:
     return sorted((t, p) for t, p in processing_auto.PROCESSOR_MAPPING_NAMES.items() if t in lms and p)
 
 
-def family_tests(*stems: str) -> str:
-    """A hand-written family's own test files: ``tests/test_family_<model_type or module>*.py``."""
-    files = sorted({p.name for stem in stems for p in (ROOT / "tests").glob(f"test_family_{stem}*.py")})
-    return ", ".join(f"`{f.removeprefix('test_').removesuffix('.py')}`" for f in files) or "its section below"
+def family_tests(model_type: str, module: str) -> str:
+    """A hand-written family's checks: the conformance suite where the type is a row of its table
+    (``tests/_families_table.py``), then its own test files ``tests/test_family_<model_type or module>*.py``."""
+    files = sorted({p.name for stem in (model_type, module) for p in (ROOT / "tests").glob(f"test_family_{stem}*.py")})
+    names = [*(CONFORMANCE_TESTS if model_type in _conformance_rows() else ()),
+             *(f.removeprefix("test_").removesuffix(".py") for f in files)]  # fmt: skip
+    return ", ".join(f"`{name}`" for name in names) or "its section below"
+
+
+CONFORMANCE_TESTS = ("conformance_counts", "conformance_loader")
+
+
+@functools.cache
+def _conformance_rows() -> frozenset[str]:
+    """The model types the conformance suite's table has a row for."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from _families_table import ROWS
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    return frozenset(row.model_type for row in ROWS)
 
 
 # How each path is checked (docs/families.md, "What is exact, and how it is checked")
-GENERIC_TESTS = "`generic_path` (counts vs the real processor), `synthetic_2026_folders`"
+GENERIC_TESTS = ("`generic_path` (counts vs the real processor), `packed_forward_2026` (loader vs the processor, "
+                 "packed forward vs alone), `synthetic_2026_folders`")
 CANDIDATE_TESTS = "its folder's proof at load (`tokens/proof.py`)"
 SLOW_TESTS = "the processor itself (`family_slow` runs `llava`)"
 
