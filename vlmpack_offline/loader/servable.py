@@ -139,15 +139,22 @@ def _check_pack(what: str, processor, rope) -> None:
                          rope=rope, model_inputs=forward_inputs(trained.cls) if trained is not None else None)  # fmt: skip
     rng = np.random.default_rng(0)
     image = Image.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8))
-    samples = [_generated("text", ()), _generated("image", (image,))]
-    if getattr(processor, "video_processor", None) is not None:
+    samples = [_generated("text", ())]
+    parts = type(processor).get_attributes()
+    if not _needs_missing_torchvision(getattr(processor, "image_processor", None)):
+        samples.append(_generated("image", (image,)))
+    elif "image_processor" in parts:  # a torchvision-backend class (Molmo2's): it loads here but cannot run
+        log.warning("%s: images not checked for the loader here (its image processor needs torchvision); the "
+                    "loader needs torchvision where it runs", what)  # fmt: skip
+    # every video processor runs on torchvision (Molmo2's loads without it, then fails on the first video)
+    if getattr(processor, "video_processor", None) is not None and is_torchvision_available():
         from transformers.video_utils import VideoMetadata
 
         frames = rng.integers(0, 255, (8, 96, 128, 3), dtype=np.uint8)
         metadata = VideoMetadata(total_num_frames=8, fps=4.0, duration=2.0, width=128, height=96,
                                  frames_indices=list(range(8)))  # fmt: skip
         samples.append(_generated("video", (frames,), metadata))
-    elif not is_torchvision_available():
+    elif "video_processor" in parts and not is_torchvision_available():
         log.warning("%s: videos not checked for the loader here (its video processor needs torchvision); the "
                     "loader needs torchvision where it runs", what)  # fmt: skip
     for sample in samples:
@@ -166,6 +173,15 @@ def _check_pack(what: str, processor, rope) -> None:
         if row.positions.shape[-1] != length or row.labels.shape != row.input_ids.shape:
             raise ConfigError(f"{what}: the loader cannot serve it: the model's positions {tuple(row.positions.shape)} "
                               f"do not cover the {length} tokens of a generated {sample.sample_id} sample")  # fmt: skip
+
+
+def _needs_missing_torchvision(image_processor) -> bool:
+    """True where the image processor is missing or runs on torchvision (``TorchvisionBackend``,
+    transformers/image_processing_backends.py) and torchvision is not installed: it cannot run here."""
+    from transformers.image_processing_backends import TorchvisionBackend
+    from transformers.utils import is_torchvision_available
+
+    return image_processor is None or (isinstance(image_processor, TorchvisionBackend) and not is_torchvision_available())
 
 
 def _generated(kind: str, media: tuple, metadata=None):

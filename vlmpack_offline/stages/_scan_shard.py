@@ -40,6 +40,7 @@ from pathlib import Path
 from ..config import DEFAULT_SOURCE, Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..deadline import TooSlow, limit
+from ..families.media_mix import check_media_kinds
 from ..layouts import layouts_unfit
 from ..manifest import SampleRecord, ShardRecord
 from ..media import check_container, check_image, check_packets, decode_frames, open_image
@@ -236,6 +237,7 @@ class ShardScanner:
                 parts=media_parts,
                 template_text_key=text_key,
             )
+            check_media_kinds(self.counter.rules.model_type, (ref.kind for ref in conversation.media))
         except DropError as exc:
             item.status, item.error = exc.reason, str(exc)
             return

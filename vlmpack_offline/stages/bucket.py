@@ -47,8 +47,10 @@ from ..artifacts import atomic_open, atomic_write_text, canonical_json, fingerpr
 from ..config import Config, section_fingerprint_payload
 from ..drop_gate import Losses, gate_line, gated
 from ..errors import ConfigError, StaleArtifactError
+from ..families.media_mix import check_group_by
 from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
+from ..model_type import resolved_model_type
 from ..packing import PackLimits, lower_bound, pack_samples
 from ..packing.alignment import round_up
 from ..packing.copies import copies, separate_copies
@@ -218,6 +220,7 @@ def run(config: Config) -> StageResult:
     manifest_fp = manifest_fingerprint(config.work_dir)
     with Manifest(manifest_path(config.work_dir)) as manifest:
         check_manifest_current(config, manifest)  # a changed counting setting: rescan first, said by name
+    check_group_by(resolved_model_type(config.model), config.packing.group_by)  # packs the forward would refuse
     expected = bins_fingerprint(config, manifest_fp)
     meta = read_bins_meta(config)
     if meta is not None and meta.get("fingerprint") == expected:

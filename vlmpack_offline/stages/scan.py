@@ -30,6 +30,7 @@ from ..config import Config
 from ..drop_gate import Losses, gated
 from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
+from ..families.media_mix import check_group_by
 from ..loader.servable import check_servable
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
@@ -349,6 +350,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
     # a wrong processor path, model_type or video sampler, said before anything is read
     rules = load_model_rules(config.model, config.video)
     check_servable(rules, config.model.processor_kwargs)  # what the loader cannot serve is refused here, not at step one
+    check_group_by(rules.model_type, config.packing.group_by)  # packs its forward refuses: said before reading
     counting = [counting_path(rules), *filter(None, [video_sampling(rules)])]
     tasks, empty_sources = discover_sources(config)
     selected = tasks[:limit_shards] if limit_shards else tasks
