@@ -25,14 +25,13 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
+from _folders_2026 import LazyFolders, every_frame
 from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.reasons import DropError, Reason
-from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 from vlmpack_offline.tokens import make_counter
 from vlmpack_offline.tokens.factory import counting_path
@@ -99,21 +98,9 @@ def _proof_cache(tmp_path_factory):
         os.environ["VLMPACK_CACHE_DIR"] = before
 
 
-class _Folders(dict):
-    def __init__(self, root: Path):
-        super().__init__()
-        self.root = root
-
-    def __missing__(self, key: tuple[str, str]) -> Path:
-        model_type, layout = key
-        self[key] = build_processor_dir(self.root / f"{model_type}-{layout}", model_type, layout=layout,
-                                        video=model_type not in IMAGES_ONLY)  # fmt: skip
-        return self[key]
-
-
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> _Folders:
-    return _Folders(tmp_path_factory.mktemp("generic-folders"))
+def folders(tmp_path_factory) -> LazyFolders:
+    return LazyFolders(tmp_path_factory.mktemp("generic-folders"), video=lambda model_type: model_type not in IMAGES_ONLY)
 
 
 def _parts(name: str) -> tuple[dict, dict[str, bytes]]:
@@ -153,19 +140,6 @@ def _vlmpack(counter, name: str) -> int | str:
         return "refused"
 
 
-def _decoded(data: bytes):
-    """Every frame of an MP4 (PyAV, the transformers reader's library) and its metadata, for the oracle."""
-    import av
-    from transformers.video_utils import VideoMetadata
-
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
-        frames = np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(stream)])
-        fps = float(stream.average_rate)
-    total, height, width = frames.shape[:3]
-    return frames, VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=width, height=height)
-
-
 def _real(processor, name: str) -> int | str:
     """The real processor's len(input_ids) for the sample (its own frame sampling), or ``refused``."""
     raw, parts = _parts(name)
@@ -173,7 +147,7 @@ def _real(processor, name: str) -> int | str:
                 for m in raw["messages"]]  # fmt: skip
     text = processor.apply_chat_template(messages, tokenize=False)
     images = [Image.open(io.BytesIO(data)).convert("RGB") for part, data in parts.items() if part.endswith(".jpg")]
-    videos = [_decoded(data) for part, data in parts.items() if part.endswith(".mp4")]
+    videos = [every_frame(data) for part, data in parts.items() if part.endswith(".mp4")]
     if videos and getattr(processor, "video_processor", None) is None:
         return "refused"  # it takes no video (its call would count the text and leave the video out)
     inputs = {"images": images or None}

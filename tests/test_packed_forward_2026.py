@@ -38,10 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from _family_kit import images_only, text_item
+from _folders_2026 import every_frame
 from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
@@ -230,19 +230,6 @@ def tiny_model(model_type: str, folder: Path):
     return getattr(transformers, family.model_class)(config).eval()
 
 
-def _decoded(data: bytes):
-    """Every frame of a clip (PyAV, the transformers reader's library) and its metadata, for the oracle."""
-    import av
-    from transformers.video_utils import VideoMetadata
-
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
-        frames = np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(stream)])
-        fps = float(stream.average_rate)
-    total, height, width = frames.shape[:3]
-    return frames, VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=width, height=height)
-
-
 def oracle_processor(folder: Path, video: bool):
     """The real processor class: ``AutoProcessor``; without torchvision the class itself with its image processor
     and tokenizer (its video processor needs torchvision), built by keyword from the folder's parts."""
@@ -268,7 +255,7 @@ def alone(processor, family: Family, sub: PackedSubSample, media: dict[str, byte
     text = processor.apply_chat_template(messages, tokenize=False)
     parts = [(c["type"], c[c["type"]]) for m in sub.messages for c in m["content"] if c["type"] != "text"]
     images = [Image.open(io.BytesIO(media[p])) for kind, p in parts if kind == "image"]
-    videos = [_decoded(media[p]) for kind, p in parts if kind == "video"]
+    videos = [every_frame(media[p]) for kind, p in parts if kind == "video"]
     kwargs = dict(family.oracle_kwargs)
     if videos:
         kwargs.update(videos=[v for v, _ in videos], video_metadata=[m for _, m in videos])

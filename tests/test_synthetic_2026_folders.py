@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _folders_2026 import LazyFolders
 from PIL import Image
 from transformers import AutoConfig, AutoTokenizer
 
-from vlmpack_offline.synthetic.processor_dir import FOLDER_MODULES, build_processor_dir
+from vlmpack_offline.synthetic.processor_dir import FOLDER_MODULES
 
 LAYOUTS = ("hub", "transformers5")
 # model type -> (config class, config.json key -> the token whose id it holds)
@@ -68,23 +69,9 @@ def _module(model_type: str):
     return importlib.import_module(f"vlmpack_offline.synthetic.{FOLDER_MODULES[model_type]}")
 
 
-class _Folders(dict):
-    """(model type, layout) -> its folder, built on first use (a test selected by ``-k`` builds only its own)."""
-
-    def __init__(self, root: Path):
-        super().__init__()
-        self.root = root
-
-    def __missing__(self, key: tuple[str, str]) -> Path:
-        model_type, layout = key
-        video = _module(model_type).VIDEO is not None
-        self[key] = build_processor_dir(self.root / f"{model_type}_{layout}", model_type, layout=layout, video=video)
-        return self[key]
-
-
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> _Folders:
-    return _Folders(tmp_path_factory.mktemp("folders_2026"))
+def folders(tmp_path_factory) -> LazyFolders:
+    return LazyFolders(tmp_path_factory.mktemp("folders_2026"), video=lambda model_type: _module(model_type).VIDEO is not None)
 
 
 def _sections(module) -> dict[str, dict]:

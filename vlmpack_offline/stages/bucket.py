@@ -215,12 +215,21 @@ def mixture_uses(samples: OkSamples, config: Config, scanned: dict[str, dict[str
     return source, uses, record
 
 
+def _model_type(config: Config) -> str:
+    """The model type the scan counted for; "" where the config cannot name it (the scan said why)."""
+    try:
+        return resolved_model_type(config.model)
+    except ConfigError:
+        return ""
+
+
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
     manifest_fp = manifest_fingerprint(config.work_dir)
     with Manifest(manifest_path(config.work_dir)) as manifest:
         check_manifest_current(config, manifest)  # a changed counting setting: rescan first, said by name
-    check_group_by(resolved_model_type(config.model), config.packing.group_by)  # packs the forward would refuse
+    if config.packing.group_by != "media_type":  # packs of any mix: a forward taking one media kind refuses them
+        check_group_by(_model_type(config), config.packing.group_by)
     expected = bins_fingerprint(config, manifest_fp)
     meta = read_bins_meta(config)
     if meta is not None and meta.get("fingerprint") == expected:
