@@ -186,6 +186,7 @@ GENERIC_TESTS = ("`generic_path` (counts vs the real processor), `packed_forward
                  "packed forward vs alone), `synthetic_2026_folders`")
 CANDIDATE_TESTS = "its folder's proof at load (`tokens/proof.py`)"
 SLOW_TESTS = "the processor itself (`family_slow` runs `llava`)"
+SLOW_FOLDER_TESTS = "`generic_path` (its slow-path counts vs the real processor), `synthetic_2026_folders`"
 
 
 def _generic_field(outputs: tuple[str, ...] | None) -> str:
@@ -215,7 +216,8 @@ def row(model_type: str, processor: str) -> Row | None:
                    why=f"`families/{module}.py`", torchvision=False, checked=family_tests(model_type, module))  # fmt: skip
     outputs = image_outputs(model_type, processor)
     pil = pil_image_processor(model_type, processor)
-    if model_type in SUITE_PROVEN or model_type in FOLDER_MODULES:  # a folder the suite builds and counts
+    folder = model_type in FOLDER_MODULES
+    if model_type in SUITE_PROVEN or (folder and _generic_field(outputs)):  # a folder the suite builds and counts
         suite = SUITE_PROVEN.get(model_type, frozenset())
         unproven = [k for k in kinds if k not in suite and (k == "video" or not pil)]  # parts the core env cannot prove
         why = "proven per folder at load" + (f"; {' and '.join(f'{k}s' for k in kinds if k in suite)} by the suite "
@@ -235,7 +237,7 @@ def row(model_type: str, processor: str) -> Row | None:
                    why=f"hooks and `{field}` fields present; taken where the folder's proof passes",
                    torchvision=needs_tv, checked=CANDIDATE_TESTS)  # fmt: skip
     return Row(model_type=model_type, processor=processor, media=media, path="slow", why=why, torchvision=needs_tv,
-               checked=SLOW_TESTS)  # fmt: skip
+               checked=SLOW_FOLDER_TESTS if folder else SLOW_TESTS)  # fmt: skip
 
 
 def audio_types() -> list[str]:

@@ -16,10 +16,17 @@ Folders: ``synthetic/folder_<type>``, in both layouts.
 
 ``PINNED`` was written down from the reference run (``refused``: the real processor refuses the sample, and
 vlmpack drops it with the rule's reason).
+
+``SLOW_PINNED``: types with a synthetic folder that the generic path cannot count, because their image processor
+returns a field it cannot build from sizes (``families/generic_fields.py``, ``adapter_for``; llama4's
+``pixel_values`` with its tiles, which ``replace_image_token`` reads off the pixels' shape). In the reference
+environment they take the slow path and count what the real processor gives; in the core one their
+torchvision-only image processor does not load, and the folder is refused at load naming torchvision.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -31,6 +38,7 @@ from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
+from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 from vlmpack_offline.tokens import make_counter
@@ -70,7 +78,10 @@ PINNED: dict[str, dict[str, int | str]] = {model_type: dict(zip(_KEYS, counts, s
     "hunyuan_vl": (33, 304, 1114, 1675, "refused", "refused", "refused"),  # images only
 }.items()}  # fmt: skip
 TYPES = sorted(PINNED)
-IMAGES_ONLY = frozenset({"paddleocr_vl", "hunyuan_vl"})  # processors without a video processor
+SLOW_PINNED: dict[str, dict[str, int | str]] = {model_type: dict(zip(_KEYS, counts, strict=True)) for model_type, counts in {
+    "llama4": (40, 754, 2640, 2932, "refused", "refused", "refused"),  # images only
+}.items()}  # fmt: skip
+IMAGES_ONLY = frozenset({"paddleocr_vl", "hunyuan_vl", "llama4"})  # processors without a video processor
 
 
 def test_every_type_the_suite_vouches_for_is_checked_here():
@@ -183,3 +194,29 @@ def test_without_torchvision_the_generic_path_gives_the_pinned_counts(folders, m
     counter = make_counter(_config(folders[model_type, layout]))
     assert counting_path(counter.rules).startswith(f"{model_type}: generic fast path (proved")
     assert {name: _vlmpack(counter, name) for name in SAMPLES} == PINNED[model_type]
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", sorted(SLOW_PINNED))
+def test_a_type_without_a_generic_rule_takes_the_slow_path_and_counts_what_the_real_processor_gives(
+    folders, model_type, layout
+):
+    from transformers import AutoProcessor
+
+    folder = folders[model_type, layout]
+    counter = make_counter(_config(folder))
+    line = counting_path(counter.rules)
+    assert line.startswith(f"{model_type}: slow path (HF processor; no generic rule: "), line
+    real = {name: _real(AutoProcessor.from_pretrained(folder), name) for name in SAMPLES}
+    assert real == SLOW_PINNED[model_type], f"the real processor's counts moved: {real}"
+    assert {name: _vlmpack(counter, name) for name in SAMPLES} == real
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", sorted(SLOW_PINNED))
+def test_without_torchvision_a_slow_type_is_refused_at_load_naming_it(folders, model_type, layout):
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed: the reference environment counts this type on the slow path")
+    with pytest.raises(ConfigError, match="torchvision"):
+        make_counter(_config(folders[model_type, layout]))

@@ -59,6 +59,8 @@ TYPES = {
                                            "vision_start_token_id": "<|IMAGE_START|>"}),
     "hunyuan_vl": ("HunYuanVLConfig", {"image_token_id": "<｜hy_place▁holder▁no▁102｜>",
                                        "im_start_id": "<｜hy_place▁holder▁no▁100｜>"}),
+    "llama4": ("Llama4Config", {"image_token_id": "<|patch|>", "boi_token_index": "<|image_start|>",
+                                "eoi_token_index": "<|image_end|>"}),
 }  # fmt: skip
 # hub layouts whose preprocessor_config.json the image processor and the feature extractor share
 SHARED_PREPROCESSOR = {"gemma4", "qwen3_omni_moe", "qwen2_5_omni"}

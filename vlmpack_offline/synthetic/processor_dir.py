@@ -368,6 +368,7 @@ FOLDER_MODULES: dict[str, str] = {
     "gemma4": "folder_gemma4", "glm5_next": "folder_glm5_next", "molmo2": "folder_molmo2",
     "ernie4_5_vl_moe": "folder_ernie4_5_vl_moe", "lfm3_vl": "folder_lfm3_vl", "qwen3_omni_moe": "folder_qwen3_omni_moe",
     "qwen2_5_omni": "folder_qwen2_5_omni", "paddleocr_vl": "folder_paddleocr_vl", "hunyuan_vl": "folder_hunyuan_vl",
+    "llama4": "folder_llama4",
 }
 
 
