@@ -186,7 +186,8 @@ GENERIC_TESTS = ("`generic_path` (counts vs the real processor), `packed_forward
                  "packed forward vs alone), `synthetic_2026_folders`")
 CANDIDATE_TESTS = "its folder's proof at load (`tokens/proof.py`)"
 SLOW_TESTS = "the processor itself (`family_slow` runs `llava`)"
-SLOW_FOLDER_TESTS = "`generic_path` (its slow-path counts vs the real processor), `synthetic_2026_folders`"
+SLOW_FOLDER_TESTS = ("`generic_path` (its slow-path counts vs the real processor), `packed_forward_2026` (loader vs "
+                     "the processor), `synthetic_2026_folders`")
 
 
 def _generic_field(outputs: tuple[str, ...] | None) -> str:

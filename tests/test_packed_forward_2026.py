@@ -20,12 +20,17 @@ through the real loader: ``PackEncoder`` on the folder ``synthetic/folder_<type>
   read as one sequence (positions running on) the pack gives other states, so the check can fail. A model with
   recurrent text layers (LFM3's short convolutions, GLM-5-Next's KDA) keeps packed sub-samples apart only with
   causal-conv1d / flash-linear-attention (CUDA): without them HF refuses the packed forward, which is checked.
+  Llama 4's forward (transformers 5.24) fails at its own return, alone as packed (``Llama4ForConditionalGeneration``
+  reads ``outputs.image_outputs`` off its language model's ``MoeCausalLMOutputWithPast``, modeling_llama4.py):
+  that failure is what is checked for it (``forward_fails``), so the row tells when an upgrade fixes it. Its image
+  processor gives bfloat16 pixels (it normalizes in bfloat16), cast to the fp32 tiny model's dtype for that call.
 
 Families whose processor runs without torchvision (a PIL image class, a processor class that builds without its
 video processor: ERNIE, LFM3, GLM-5-Next, PaddleOCR-VL, HunYuan-VL) run their image packs in the core env; videos,
 Gemma 4's and Qwen-Omni's processors (their classes need the video processor) and Molmo2's torchvision-only image
 processor run where torchvision is (``-m torchvision`` in .venv-ref). Molmo2's forward refuses images and videos
 in one call, so its video pack is video / text / video, and its pooling indices point into the pack's patches.
+Llama 4 (the slow path: no generic rule for its tiles) runs where torchvision is: its image processor needs it.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class Family:
     recurrent: bool = False  # recurrent text layers (conv, KDA): packed only with their kernels (causal-conv1d, fla)
     mixes_media: bool = True  # its forward takes images and videos together (Molmo2's refuses both at once)
     pointers: dict = field(default_factory=dict)  # field -> the pixel field its indices point into (Molmo2's pooling)
+    forward_fails: str = ""  # the error its forward raises on any input in this transformers (module doc); "": none
 
 
 FAMILIES: dict[str, Family] = {
@@ -174,6 +180,14 @@ FAMILIES: dict[str, Family] = {
                                                      "mrope_section": [2, 2, 2, 2]}},
          "vision_config": {**VISION, "out_hidden_size": 64, "text_hidden_size": 64}},
         rope=_rope_hunyuan, rope_shape=4, oracle_kwargs={"return_mm_token_type_ids": True},
+    ),
+    "llama4": Family(
+        "Llama4ForConditionalGeneration",
+        {"text_config": {**TEXT, "intermediate_size_mlp": 128, "num_local_experts": 2},
+         "vision_config": {**VISION, "intermediate_size": 128,  # 4 x hidden: its pixel shuffle's MLP input
+                           "vision_output_dim": 64, "projector_input_dim": 64, "projector_output_dim": 64}},
+        core_images=False,  # Llama4ImageProcessor is torchvision only
+        forward_fails="'MoeCausalLMOutputWithPast' object has no attribute 'image_outputs'",
     ),
 }  # fmt: skip
 
@@ -411,6 +425,12 @@ def test_a_packed_forward_equals_each_sub_sample_alone(case):
     batch = case.encoder.encode(case.pack, case.media)
     kwargs = batch.model_kwargs("sdpa", with_labels=False)
     assert batch.linear_attention == case.family.recurrent
+    if case.family.forward_fails:  # HF's own forward fails on any input: alone as packed (module doc)
+        for inputs in (kwargs, *(_forward_fields(case.model, out) for out in case.oracle)):
+            floats = {k: v.to(case.model.dtype) for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()}
+            with torch.no_grad(), pytest.raises(AttributeError, match=case.family.forward_fails):
+                case.model(**{**inputs, **floats})
+        return
     if case.family.recurrent and not _recurrent_kernels():  # HF refuses to mix sub-samples' states, never mixes them
         with torch.no_grad(), pytest.raises(ValueError, match="packed sequences"):
             case.model(**kwargs)
