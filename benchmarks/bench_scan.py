@@ -301,6 +301,8 @@ def path_run(shards: list[Path], processor_dir: Path, work: Path, *, slow: bool,
     start = time.perf_counter()
     scanner = ShardScanner(config)
     rules = scanner.counter.rules
+    if not slow and rules.generic is None:  # nothing to compare: say so, not a ratio of the slow path to itself
+        raise SystemExit(f"{counting_path(rules)}: the generic path does not serve this folder here")
     if slow:
         rules = dataclasses.replace(rules, generic=None, slow_reason="forced by bench_scan.py")
         scanner.counter = SlowCounter(rules, config)
