@@ -36,11 +36,10 @@ written whether or not ``video`` is asked for: ``Ernie4_5_VLMoeProcessor`` alway
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "FONT", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -128,10 +127,10 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     tokenizer_folder(target, layout, TEMPLATE, {"additional_special_tokens": TOKENS}, NAMES)
     shutil.copyfile(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / FONT, target / FONT)
     if layout == "hub":
-        _write(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        _write(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
     else:
-        _write(target / "processor_config.json",
+        write_json(target / "processor_config.json",
                {**PROCESSOR, "processor_class": PROCESSOR_CLASS, "image_processor": IMAGE, "video_processor": VIDEO})  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
@@ -142,9 +141,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "ernie4_5_vl_moe_vision", "patch_size": IMAGE["patch_size"],
                           "spatial_merge_size": IMAGE["merge_size"], "temporal_merge_size": VIDEO["temporal_patch_size"]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

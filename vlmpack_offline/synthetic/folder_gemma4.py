@@ -33,10 +33,9 @@ whether or not ``video`` is asked for: ``Gemma4Processor`` always loads its vide
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -140,11 +139,11 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     top = {**PROCESSOR, "processor_class": PROCESSOR_CLASS}
     if layout == "hub":
         shared = {**IMAGE, **AUDIO, "processor_class": PROCESSOR_CLASS}  # both classes read preprocessor_config.json
-        _write(target / "preprocessor_config.json", shared)
-        _write(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
-        _write(target / "processor_config.json", top)
+        write_json(target / "preprocessor_config.json", shared)
+        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "processor_config.json", top)
     else:
-        _write(target / "processor_config.json",
+        write_json(target / "processor_config.json",
                {**top, "image_processor": IMAGE, "video_processor": VIDEO, "feature_extractor": AUDIO})  # fmt: skip
     ids = AutoTokenizer.from_pretrained(target).convert_tokens_to_ids
     config = {
@@ -157,9 +156,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "gemma4_vision", "patch_size": IMAGE["patch_size"],
                           "pooling_kernel_size": IMAGE["pooling_kernel_size"]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

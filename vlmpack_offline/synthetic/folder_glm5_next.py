@@ -32,10 +32,9 @@ are written whether or not ``video`` is asked for: ``Glm5NextProcessor`` always 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -104,10 +103,10 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     tokenizer_folder(target, layout, TEMPLATE, {"additional_special_tokens": TOKENS}, NAMES)
     if layout == "hub":
-        _write(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        _write(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
     else:
-        _write(target / "processor_config.json",
+        write_json(target / "processor_config.json",
                {**PROCESSOR, "processor_class": PROCESSOR_CLASS, "image_processor": IMAGE, "video_processor": VIDEO})  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
@@ -120,9 +119,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "glm5_next_vision", "patch_size": IMAGE["patch_size"],
                           "spatial_merge_size": IMAGE["merge_size"], "temporal_patch_size": IMAGE["temporal_patch_size"]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

@@ -27,10 +27,9 @@ one ``processor_config.json`` as transformers 5 ``save_pretrained`` writes it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import image_processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -90,12 +89,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     special = {"pad_token": _PAD, "additional_special_tokens": TOKENS}
     tokenizer_folder(target, layout, TEMPLATE, special, {"extra_special_tokens": NAMES})
-    top = {**PROCESSOR, "processor_class": PROCESSOR_CLASS}
-    if layout == "hub":
-        _write(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        _write(target / "processor_config.json", top)
-    else:
-        _write(target / "processor_config.json", {**top, "image_processor": IMAGE})
+    image_processor_files(target, layout, image=IMAGE, processor=PROCESSOR, processor_class=PROCESSOR_CLASS)
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {
@@ -107,9 +101,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "hunyuan_vl_vision", "patch_size": IMAGE["patch_size"],
                           "spatial_merge_size": IMAGE["merge_size"]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

@@ -29,12 +29,11 @@ What it holds, and where each value comes from::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from transformers.models.llama4.processing_llama4 import chat_template as _PUBLISHED_TEMPLATE
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import image_processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -68,12 +67,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     special = {"bos_token": _BOS, "eos_token": _EOS, "pad_token": _PAD, "additional_special_tokens": TOKENS[3:]}
     tokenizer_folder(target, layout, TEMPLATE, special, {})
-    top = {**PROCESSOR, "processor_class": PROCESSOR_CLASS}
-    if layout == "hub":
-        _write(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        _write(target / "processor_config.json", top)
-    else:
-        _write(target / "processor_config.json", {**top, "image_processor": IMAGE})
+    image_processor_files(target, layout, image=IMAGE, processor=PROCESSOR, processor_class=PROCESSOR_CLASS)
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {
@@ -86,9 +80,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
                           "patch_size": PROCESSOR["patch_size"],
                           "pixel_shuffle_ratio": _PIXEL_SHUFFLE},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

@@ -33,10 +33,9 @@ loads its video processor.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -119,11 +118,11 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     tokenizer_folder(target, layout, TEMPLATE, special, NAMES)
     top = {**PROCESSOR, "processor_class": PROCESSOR_CLASS}
     if layout == "hub":
-        _write(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        _write(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
-        _write(target / "processor_config.json", top)
+        write_json(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "processor_config.json", top)
     else:
-        _write(target / "processor_config.json", {**top, "image_processor": IMAGE, "video_processor": VIDEO})
+        write_json(target / "processor_config.json", {**top, "image_processor": IMAGE, "video_processor": VIDEO})
     ids = AutoTokenizer.from_pretrained(target).convert_tokens_to_ids
     config = {
         "model_type": "molmo2", "architectures": ["Molmo2ForConditionalGeneration"],
@@ -133,9 +132,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "molmo2_vision", "patch_size": IMAGE["patch_size"],
                           "image_size": [378, 378]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

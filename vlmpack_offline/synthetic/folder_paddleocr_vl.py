@@ -21,10 +21,9 @@ one ``processor_config.json`` as transformers 5 ``save_pretrained`` writes it (`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "HUB_PREPROCESSOR", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO",
            "build"]  # fmt: skip
@@ -87,9 +86,9 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     tokenizer_folder(target, layout, TEMPLATE, {"additional_special_tokens": TOKENS}, NAMES)
     if layout == "hub":
-        _write(target / "preprocessor_config.json", {**HUB_PREPROCESSOR, "processor_class": PROCESSOR_CLASS})
+        write_json(target / "preprocessor_config.json", {**HUB_PREPROCESSOR, "processor_class": PROCESSOR_CLASS})
     else:
-        _write(target / "processor_config.json", {"processor_class": PROCESSOR_CLASS, "image_processor": IMAGE})
+        write_json(target / "processor_config.json", {"processor_class": PROCESSOR_CLASS, "image_processor": IMAGE})
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {
@@ -100,9 +99,5 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
         "vision_config": {"model_type": "paddleocr_vl_vision", "patch_size": IMAGE["patch_size"],
                           "spatial_merge_size": IMAGE["merge_size"]},
     }  # fmt: skip
-    _write(target / "config.json", config)
+    write_json(target / "config.json", config)
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

@@ -33,11 +33,10 @@ classes.) Written by hand (Qwen2VLVideoProcessor's module imports torchvision).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder
+from .processor_dir import tokenizer_folder, write_json
 
 __all__ = [
     "AUDIO", "HUB_PREPROCESSOR", "IMAGE", "NAMES", "OMNI_FLAGS", "OmniFolder", "PIXELS", "PROCESSOR", "PROCESSOR_CLASS",
@@ -143,9 +142,9 @@ def build_omni(target: Path, spec: OmniFolder, *, layout: str) -> Path:
     target = Path(target)
     tokenizer_folder(target, layout, spec.template, {"additional_special_tokens": spec.tokens}, spec.names)
     if layout == "hub":
-        _write(target / "preprocessor_config.json", {**spec.hub_preprocessor, "processor_class": spec.processor_class})
+        write_json(target / "preprocessor_config.json", {**spec.hub_preprocessor, "processor_class": spec.processor_class})
     else:
-        _write(target / "processor_config.json", {"processor_class": spec.processor_class, "image_processor": spec.image,
+        write_json(target / "processor_config.json", {"processor_class": spec.processor_class, "image_processor": spec.image,
                                                   "video_processor": spec.video, "feature_extractor": spec.audio})  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = {key: tokenizer.convert_tokens_to_ids(spec.names[name]) for key, name in spec.id_keys.items()}
@@ -155,9 +154,5 @@ def build_omni(target: Path, spec: OmniFolder, *, layout: str) -> Path:
         "vision_config": {"patch_size": spec.image["patch_size"], "spatial_merge_size": spec.image["merge_size"],
                           "temporal_patch_size": spec.image["temporal_patch_size"]},
     }  # fmt: skip
-    _write(target / "config.json", {"model_type": spec.model_type, **spec.extra, "thinker_config": thinker})
+    write_json(target / "config.json", {"model_type": spec.model_type, **spec.extra, "thinker_config": thinker})
     return target
-
-
-def _write(path: Path, content: dict) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")

@@ -441,6 +441,23 @@ def build_processor_dir(
     return target
 
 
+def write_json(path: Path, content: dict) -> None:
+    """A folder file as the builders write it: sorted keys, 2-space indent, a final newline."""
+    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+
+
+def image_processor_files(target: Path, layout: str, *, image: dict, processor: dict, processor_class: str) -> None:
+    """An images-only processor's settings in either layout: the hub's ``preprocessor_config.json`` (image
+    settings) beside ``processor_config.json`` (the processor's own), or transformers 5's one
+    ``processor_config.json`` holding both."""
+    top = {**processor, "processor_class": processor_class}
+    if layout == "hub":
+        write_json(target / "preprocessor_config.json", {**image, "processor_class": processor_class})
+        write_json(target / "processor_config.json", top)
+    else:
+        write_json(target / "processor_config.json", {**top, "image_processor": image})
+
+
 def tokenizer_folder(target: Path, layout: str, template: str, special: dict, names: dict) -> None:
     """The Qwen BPE files in ``target`` with a family's ``template`` and ``special`` tokens added, and
     ``names`` (attribute -> token, as the family's hub folders name them) in tokenizer_config.json."""
