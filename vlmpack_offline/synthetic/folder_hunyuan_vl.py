@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .processor_dir import image_processor_files, tokenizer_folder, write_json
+from .processor_dir import processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -89,7 +89,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     special = {"pad_token": _PAD, "additional_special_tokens": TOKENS}
     tokenizer_folder(target, layout, TEMPLATE, special, {"extra_special_tokens": NAMES})
-    image_processor_files(target, layout, image=IMAGE, processor=PROCESSOR, processor_class=PROCESSOR_CLASS)
+    processor_files(target, layout, processor_class=PROCESSOR_CLASS, image=IMAGE, processor=PROCESSOR)
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder, write_json
+from .processor_dir import processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -82,12 +82,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     special = {"bos_token": "<|startoftext|>", "additional_special_tokens": TOKENS}
     tokenizer_folder(target, layout, TEMPLATE, special, NAMES)
-    if layout == "hub":
-        write_json(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
-    else:
-        write_json(target / "processor_config.json",
-               {**PROCESSOR, "processor_class": PROCESSOR_CLASS, "image_processor": IMAGE, "video_processor": VIDEO})  # fmt: skip
+    processor_files(target, layout, processor_class=PROCESSOR_CLASS, image=IMAGE, video=VIDEO, processor=PROCESSOR)
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from transformers.models.llama4.processing_llama4 import chat_template as _PUBLISHED_TEMPLATE
 
-from .processor_dir import image_processor_files, tokenizer_folder, write_json
+from .processor_dir import processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -67,7 +67,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     target = Path(target)
     special = {"bos_token": _BOS, "eos_token": _EOS, "pad_token": _PAD, "additional_special_tokens": TOKENS[3:]}
     tokenizer_folder(target, layout, TEMPLATE, special, {})
-    image_processor_files(target, layout, image=IMAGE, processor=PROCESSOR, processor_class=PROCESSOR_CLASS)
+    processor_files(target, layout, processor_class=PROCESSOR_CLASS, image=IMAGE, processor=PROCESSOR)
     tokenizer = AutoTokenizer.from_pretrained(target)
     ids = tokenizer.convert_tokens_to_ids
     config = {

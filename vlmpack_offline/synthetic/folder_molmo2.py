@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .processor_dir import tokenizer_folder, write_json
+from .processor_dir import processor_files, tokenizer_folder, write_json
 
 __all__ = ["AUDIO", "IMAGE", "NAMES", "PROCESSOR", "PROCESSOR_CLASS", "TEMPLATE", "TOKENS", "VIDEO", "build"]
 
@@ -116,13 +116,7 @@ def build(target: Path, *, layout: str, video: bool) -> Path:
     special = {"bos_token": "<|im_end|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                "additional_special_tokens": TOKENS}  # fmt: skip
     tokenizer_folder(target, layout, TEMPLATE, special, NAMES)
-    top = {**PROCESSOR, "processor_class": PROCESSOR_CLASS}
-    if layout == "hub":
-        write_json(target / "preprocessor_config.json", {**IMAGE, "processor_class": PROCESSOR_CLASS})
-        write_json(target / "video_preprocessor_config.json", {**VIDEO, "processor_class": PROCESSOR_CLASS})
-        write_json(target / "processor_config.json", top)
-    else:
-        write_json(target / "processor_config.json", {**top, "image_processor": IMAGE, "video_processor": VIDEO})
+    processor_files(target, layout, processor_class=PROCESSOR_CLASS, image=IMAGE, video=VIDEO, processor=PROCESSOR)
     ids = AutoTokenizer.from_pretrained(target).convert_tokens_to_ids
     config = {
         "model_type": "molmo2", "architectures": ["Molmo2ForConditionalGeneration"],

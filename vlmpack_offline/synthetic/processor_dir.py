@@ -446,16 +446,22 @@ def write_json(path: Path, content: dict) -> None:
     path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
 
 
-def image_processor_files(target: Path, layout: str, *, image: dict, processor: dict, processor_class: str) -> None:
-    """An images-only processor's settings in either layout: the hub's ``preprocessor_config.json`` (image
-    settings) beside ``processor_config.json`` (the processor's own), or transformers 5's one
-    ``processor_config.json`` holding both."""
-    top = {**processor, "processor_class": processor_class}
+def processor_files(target: Path, layout: str, *, processor_class: str, image: dict, video: dict | None = None,
+                    processor: dict | None = None) -> None:
+    """A processor's settings in either layout: the hub's ``preprocessor_config.json`` (image settings),
+    ``video_preprocessor_config.json`` (video settings, where it has a video processor) and
+    ``processor_config.json`` (only where the processor saves attributes of its own), or transformers 5's one
+    ``processor_config.json`` holding them all."""
+    top = {**(processor or {}), "processor_class": processor_class}
     if layout == "hub":
         write_json(target / "preprocessor_config.json", {**image, "processor_class": processor_class})
-        write_json(target / "processor_config.json", top)
+        if video is not None:
+            write_json(target / "video_preprocessor_config.json", {**video, "processor_class": processor_class})
+        if processor:
+            write_json(target / "processor_config.json", top)
     else:
-        write_json(target / "processor_config.json", {**top, "image_processor": image})
+        write_json(target / "processor_config.json",
+                   {**top, "image_processor": image, **({"video_processor": video} if video is not None else {})})
 
 
 def tokenizer_folder(target: Path, layout: str, template: str, special: dict, names: dict) -> None:
