@@ -26,10 +26,11 @@ import os
 import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO
 
 from .reasons import Reason
+from .tar_headers import HeaderReader
 
 __all__ = [
     "TarMember",
@@ -145,11 +146,11 @@ def _count_compressed(path: str | Path) -> int | None:
 
 
 def _unsafe(name: str) -> bool:
-    path = PurePosixPath(name)
-    return name.startswith("/") or ".." in path.parts
+    """Absolute, or a ``..`` component (``PurePosixPath(name).parts`` holds ``..`` exactly then)."""
+    return name.startswith("/") or (".." in name and ".." in name.split("/"))
 
 
-def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
+def iter_members(tar_path: str | Path, *, reader: str = "fast") -> Iterator[TarMember]:
     """Yield every file member of a tar with its data offset and size.
 
     A hard link to an earlier regular file of the tar is that file's bytes under the link's name (what
@@ -163,17 +164,24 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
     the cut stays usable. A damaged header with data after it (a checksum error
     mid-file) yields a ``Reason.DAMAGED_HEADER`` member, and reading resumes at the next
     block that is a valid header, so the samples after the damage are kept.
+
+    ``reader`` picks what reads the headers: ``"fast"`` (``tar_headers.HeaderReader``, large reads and no
+    per-member objects) or ``"tarfile"`` (stdlib ``tarfile.TarFile``, the reference the fast reader gives the
+    same members as: tests/test_tar_fast_reader.py). They differ only on headers tarfile crashes or loops on,
+    which the fast reader reads as damaged.
     """
+    if reader not in _READERS:
+        raise ValueError(f"iter_members: reader {reader!r} is not one of {sorted(_READERS)}")
+    open_reader = _READERS[reader]
     tar_path = str(tar_path)
     file_size = source_stat(tar_path)[0]
     start, last_name = 0, ""
     files: dict[str, TarMember] = {}  # regular files so far, by name: the targets hard links may name
     with open_source(tar_path) as handle:
         while start is not None:
-            handle.seek(start)
             resume, start = start, None
             try:
-                tar = tarfile.TarFile(fileobj=handle, mode="r")  # reads from the handle's position on
+                tar = open_reader(handle, resume, file_size)
             except tarfile.ReadError:  # not even a first header: empty or not a tar
                 if file_size and resume == 0:
                     yield TarMember(name="?", offset=0, size=0, problem=Reason.NOT_A_TAR, detail="not a tar file")
@@ -214,6 +222,18 @@ def iter_members(tar_path: str | Path) -> Iterator[TarMember]:
                 member = _member(info)
                 files[info.name] = member
                 yield member
+
+
+def _tarfile_reader(handle, start: int, file_size: int) -> tarfile.TarFile:
+    handle.seek(start)
+    return tarfile.TarFile(fileobj=handle, mode="r")  # reads from the handle's position on
+
+
+def _fast_reader(handle, start: int, file_size: int) -> HeaderReader:
+    return HeaderReader(handle, start, file_size, read_range)
+
+
+_READERS = {"fast": _fast_reader, "tarfile": _tarfile_reader}  # both: offset, next(), ReadError as TarFile()
 
 
 def _member(info: tarfile.TarInfo) -> TarMember:
