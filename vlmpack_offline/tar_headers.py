@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass
 from tarfile import (
     BLOCKSIZE,
@@ -44,6 +45,8 @@ _ERRORS = "surrogateescape"  # TarFile()'s default: undecodable bytes kept as su
 _LONG = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 _PAX = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 _OCTAL = re.compile(rb" *[0-7]+ *(?:\0.*)?|\0.*| *", re.DOTALL)  # number fields int(..., 8) reads as it is
+_NUMBERS = re.compile(rb"(?:[0-7]{7}\0){3}([0-7]{11})\0[0-7]{11}\0([0-7]{6})\0 ")  # mode uid gid size mtime chksum
+_DEVICES = re.compile(rb"(?:[0-7]{7}\0|\0{8}){2}")  # devmajor, devminor at 329
 _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 _PAX_CHARSET = re.compile(rb"\d+ hdrcharset=([^\n]+)\n")
 
@@ -111,24 +114,37 @@ def _block(count: int) -> int:
     return -(-count // BLOCKSIZE) * BLOCKSIZE  # tarfile's TarInfo._block, negative counts included
 
 
+def _byte_sum(buf: bytes) -> int:
+    """Sum of a 512-byte block's bytes: Adler-32's first sum is 1 + the byte sum, exact below 65521 (256 bytes)."""
+    return (zlib.adler32(buf[:256]) & 0xFFFF) + (zlib.adler32(buf[256:]) & 0xFFFF) - 2
+
+
 def _frombuf(buf: bytes) -> tuple[Header, int, bool]:
     """``TarInfo.frombuf``: the header, the ``S`` member's full size, and whether sparse blocks follow."""
     if not buf:
         raise EmptyHeaderError("empty header")
     if len(buf) != BLOCKSIZE:
         raise TruncatedHeaderError("truncated header")
-    if buf.count(0) == BLOCKSIZE:
+    numbers = _NUMBERS.match(buf, 100)  # the number fields as tarfile and GNU tar write them
+    if numbers is not None:
+        chksum = int(numbers.group(2), 8)
+    elif buf.count(0) == BLOCKSIZE:
         raise EOFHeaderError("end of file header")
-    chksum = _nti(buf[148:156])
-    if chksum != 256 + sum(buf) - sum(buf[148:156]) and chksum not in tarfile.calc_chksums(buf):
+    else:
+        chksum = _nti(buf[148:156])
+    if chksum != 256 + _byte_sum(buf) - sum(buf[148:156]) and chksum not in tarfile.calc_chksums(buf):
         raise InvalidHeaderError("bad checksum")
-    for start, end in ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345)):
-        _nti(buf[start:end])  # mode, uid, gid, mtime, devmajor, devminor: unused, but a bad one fails the header
+    if numbers is not None and _DEVICES.match(buf, 329):
+        size = int(numbers.group(1), 8)
+    else:  # mode, uid, gid, mtime, devmajor, devminor are not used, but a bad one fails the header
+        for start, end in ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345)):
+            _nti(buf[start:end])
+        size = _nti(buf[124:136])
     kind = buf[156:157]
-    header = Header(name=tarfile.nts(buf[0:100], _ENCODING, _ERRORS), type=kind, size=_nti(buf[124:136]),
-                    linkname=tarfile.nts(buf[157:257], _ENCODING, _ERRORS) if kind in b"12K" else "")  # fmt: skip
-    prefix = tarfile.nts(buf[345:500], _ENCODING, _ERRORS)
-    if kind == tarfile.AREGTYPE and header.name.endswith("/"):
+    name = buf[0:100].split(b"\0", 1)[0].decode(_ENCODING, _ERRORS)
+    link = buf[157:257].split(b"\0", 1)[0].decode(_ENCODING, _ERRORS) if kind in b"12K" else ""
+    header = Header(name, kind, size, link)
+    if kind == tarfile.AREGTYPE and name.endswith("/"):
         header.type = tarfile.DIRTYPE
     full_size, extended = 0, False
     if kind == tarfile.GNUTYPE_SPARSE:
@@ -136,8 +152,9 @@ def _frombuf(buf: bytes) -> tuple[Header, int, bool]:
             _nti(buf[pos : pos + 12])  # the four (offset, numbytes) pairs
         extended, full_size = bool(buf[482]), _nti(buf[483:495])
     if header.type == tarfile.DIRTYPE:
-        header.name = header.name.rstrip("/")
-    if prefix and kind not in tarfile.GNU_TYPES:
+        header.name = name.rstrip("/")
+    if buf[345] and kind not in tarfile.GNU_TYPES:  # a ustar prefix (GNU headers keep times here: tarfile too)
+        prefix = buf[345:500].split(b"\0", 1)[0].decode(_ENCODING, _ERRORS)
         header.name = prefix + "/" + header.name
     return header, full_size, extended
 
