@@ -5,12 +5,15 @@ from __future__ import annotations
 import sqlite3
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from ..config import Config, load_config
 from ..errors import MachineFault
-from ..stage_result import StageResult
+
+if TYPE_CHECKING:  # loaded when a command runs, so `vlmpack --help` imports no config machinery (numpy)
+    from ..config import Config
+    from ..stage_result import StageResult
 
 __all__ = ["config_options", "load_from_options", "finish", "run_stage"]
 
@@ -37,6 +40,8 @@ def config_options(func: Callable) -> Callable:
 
 
 def load_from_options(config_path: str, overrides: tuple[str, ...]) -> Config:
+    from ..config import load_config
+
     return load_config(config_path, overrides)
 
 

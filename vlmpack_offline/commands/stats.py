@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..stages import stats
 from ._options import config_options, run_stage
 
 
@@ -12,4 +11,6 @@ from ._options import config_options, run_stage
 @config_options
 def command(config_path: str, overrides: tuple[str, ...]) -> None:
     """Print packing quality (fill, lower bound, drops); write stats.json and stats.png."""
+    from ..stages import stats  # imported when the command runs: --help loads no stage
+
     run_stage(stats.run, config_path, overrides)

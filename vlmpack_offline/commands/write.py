@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..stages import write as stage
 from ._options import config_options, run_stage
 
 __all__ = ["command"]
@@ -18,4 +17,6 @@ def command(config_path: str, overrides: tuple[str, ...]) -> None:
     Also writes each tar's .tar.idx and .nv-meta/ (dataset.yaml, split.yaml, .info.json).
     Resumable: a rerun after a crash writes only the missing shards.
     """
-    run_stage(stage.run, config_path, overrides)
+    from ..stages import write  # imported when the command runs: --help loads no stage
+
+    run_stage(write.run, config_path, overrides)

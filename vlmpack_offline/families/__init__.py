@@ -13,7 +13,9 @@
     generic.py  any other model_type whose processor says how a size expands (generic_fields.py, video_rules.py):
                 its own replace_image_token / replace_video_token on fields built from sizes, proven per folder
 
-A ``model_type`` with a module here is counted from image headers and video
+Each module is imported when its ``model_type`` is first asked for (``family_for``; ``FAMILIES`` is a mapping
+that imports on access, ``FAST_FAMILIES`` names the types without importing), so a stage pays for its own
+family's imports only. A ``model_type`` with a module here is counted from image headers and video
 metadata (the fast path); any other is counted by the generic fast path where its folder passes the
 proof (``tokens/proof.py``), else by running its HF processor (``tokens/slow.py``). Adding a family is one
 module here plus its tests, or none where the generic path serves it.
@@ -21,16 +23,11 @@ module here plus its tests, or none where the generic path serves it.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from .base import Family, Size, SpecialTokens
-from .gemma3 import GEMMA3
-from .glm4v import GLM4V, GLM46V
-from .internvl import INTERNVL
-from .kimi_k25 import KIMI_K25
-from .llava_onevision import LLAVA_ONEVISION
-from .pixtral import MISTRAL3
-from .qwen import QWEN, QWEN3_FAMILIES, QWEN_FAMILIES
 
 if TYPE_CHECKING:
     from ..tokens.rules import ModelRules
@@ -40,19 +37,57 @@ __all__ = [
     "family_for", "family_of",
 ]  # fmt: skip
 
-FAMILIES: dict[str, Family] = {model_type: family for family in (QWEN, GEMMA3, INTERNVL, GLM4V, GLM46V, MISTRAL3, KIMI_K25, LLAVA_ONEVISION) for model_type in family.model_types}
-FAST_FAMILIES = frozenset(FAMILIES)  # model types counted from sizes (fast path)
+# Qwen3VLProcessor: per-temporal-patch timestamps around video tokens; video sampled by the HF processor.
+QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
+QWEN_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | QWEN3_FAMILIES
+
+# model_type -> (module of this package, its family object). A module is imported when its type is first asked
+# for: a scan imports its own family only, never another's transformers imports (glm4v's pull torch).
+# tests/test_lazy_imports.py checks this table against each module's ``model_types``.
+_MODULES: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(QWEN_FAMILIES, ("qwen", "QWEN")),
+    "gemma3": ("gemma3", "GEMMA3"),
+    "internvl": ("internvl", "INTERNVL"),
+    "glm4v": ("glm4v", "GLM4V"),
+    "glm4v_moe": ("glm4v", "GLM4V"),
+    "glm46v": ("glm4v", "GLM46V"),
+    "mistral3": ("pixtral", "MISTRAL3"),
+    "kimi_k25": ("kimi_k25", "KIMI_K25"),
+    "llava_onevision": ("llava_onevision", "LLAVA_ONEVISION"),
+}
+
+FAST_FAMILIES = frozenset(_MODULES)  # model types counted from sizes (fast path); naming them imports nothing
+
+
+class _Families(Mapping[str, Family]):
+    """``model_type -> Family`` for every type with a module here, each module imported on first access."""
+
+    def __getitem__(self, model_type: str) -> Family:
+        module, name = _MODULES[model_type]
+        return getattr(importlib.import_module(f".{module}", __name__), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_MODULES)
+
+    def __len__(self) -> int:
+        return len(_MODULES)
+
+    def __contains__(self, model_type: object) -> bool:
+        return model_type in _MODULES
+
+
+FAMILIES: Mapping[str, Family] = _Families()
 
 
 def family_for(model_type: str) -> Family | None:
     """The family module for ``model_type``, or None (the generic path or the slow path)."""
-    return FAMILIES.get(model_type)
+    return FAMILIES[model_type] if model_type in _MODULES else None
 
 
 def family_of(rules: ModelRules) -> Family | None:
     """The family that counts ``rules``' folder: its module, else the generic family where the folder passed the
     generic path's proof (``rules.generic``), else None (the slow path)."""
-    module = FAMILIES.get(rules.model_type)
+    module = family_for(rules.model_type)
     if module is not None or rules.generic is None:
         return module
     from .generic import generic_family

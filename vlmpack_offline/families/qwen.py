@@ -37,6 +37,7 @@ from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
+from . import QWEN3_FAMILIES, QWEN_FAMILIES  # the package's table of types, defined before any module loads
 from .base import Size, SpecialTokens, encoder_blocks
 
 if TYPE_CHECKING:
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QWEN", "QWEN_FAMILIES", "QWEN3_FAMILIES", "QwenFamily", "grid_thw", "media_token_count"]
 
-# Qwen3VLProcessor: per-temporal-patch timestamps around video tokens; video sampled by the HF processor.
-QWEN3_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
-QWEN_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | QWEN3_FAMILIES
 
 
 def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[int, int, int]:

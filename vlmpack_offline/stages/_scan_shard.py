@@ -32,12 +32,11 @@ The scan does not apply ``sample.max_token_len``: every countable sample is
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import DEFAULT_SOURCE, Config
+from ..config import Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..deadline import TooSlow, limit
 from ..families.media_mix import check_media_kinds
@@ -53,9 +52,9 @@ from ..tario import (
     read_range,
     sample_digest,
     shard_problem,
-    source_stat,
 )  # fmt: skip
 from ..tokens import VideoMedia, make_counter
+from ._shard_task import ShardTask
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
 _BATCH = 256  # samples per tokenizer call
@@ -71,21 +70,6 @@ def _too_slow(item: _Pending, budget: float | None, stage: str) -> None:
     item.status = Reason.TOO_SLOW
     item.error = (f"{stage} took longer than process.max_seconds_per_sample ({budget:g} s); the worker moved on. "
                   "Raise the budget to keep samples like it, or leave it dropped")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShardTask:
-    shard: str  # relpath, e.g. "sub/shard-000001.tar"
-    path: str  # absolute path (not resolved: a symlink stays a symlink)
-    outside: str = ""  # where a symlink leads when that is outside data.wds_dir: never read
-    source: str = DEFAULT_SOURCE  # the data.sources entry it belongs to
-
-    def stat(self) -> tuple[int, int]:
-        """(size, mtime_ns) that identify this shard's content (the link itself for one leading outside)."""
-        if self.outside:
-            link = os.lstat(self.path)
-            return link.st_size, link.st_mtime_ns
-        return source_stat(self.path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

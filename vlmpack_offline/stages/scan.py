@@ -23,15 +23,12 @@ import os
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from ..artifacts import atomic_open, fingerprint
 from ..config import Config
 from ..drop_gate import Losses, gated
 from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..families.media_mix import check_group_by
-from ..loader.servable import check_servable
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
 from ..output.layout import check_folder_layout
 from ..provenance import changes, stale_message
@@ -39,9 +36,10 @@ from ..reasons import Reason
 from ..scan_inputs import RESCAN_HINT, scan_inputs_fingerprint, scan_settings
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
-from ..tokens.factory import counting_path, video_sampling
-from ..tokens.rules import load_model_rules
-from ._scan_shard import ShardTask, init_worker, scan_in_worker
+from ._shard_task import ShardTask
+
+# The counting (tokenizer, processor rules, the loader's check, the family module, torch where a count needs it)
+# is imported in run() past the up-to-date check: a finished scan's rerun answers without any of it.
 
 __all__ = ["run", "discover_shards", "discover_sources", "manifest_jsonl_path"]
 
@@ -256,6 +254,9 @@ def _outcomes(config: Config, tasks: list[ShardTask]):
     """
     if not tasks:  # every shard already in (a rerun after the last commit): no tokenizer to load
         return
+    # imported here, before a pool forks: its workers start with the counting modules loaded
+    from ._scan_shard import init_worker, scan_in_worker
+
     workers = min(config.process.workers, len(tasks))
     yield from stage_map(
         config.process,
@@ -347,6 +348,13 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
+    finished = None if rescan else _up_to_date(config, limit_shards)
+    if finished is not None:
+        return finished
+    from ..loader.servable import check_servable
+    from ..tokens.factory import counting_path, video_sampling
+    from ..tokens.rules import load_model_rules
+
     # a wrong processor path, model_type or video sampler, said before anything is read
     rules = load_model_rules(config.model, config.video)
     check_servable(rules, config.model.processor_kwargs)  # what the loader cannot serve is refused here, not at step one
@@ -359,21 +367,19 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
     if rescan:
         _remove_manifest(config)
     with _open_manifest(config, settings, tasks) as manifest:
+        # what a rerun that finds the scan finished prints without loading the rules (_up_to_date)
+        manifest.set_meta({_COUNTING_KEY: json.dumps({"model_type": rules.model_type, "lines": counting})})
         budget = _budget_of(config.process.max_seconds_per_sample)
         pending = _pending(selected, manifest, budget)
         # every shard with too_slow samples is rescanned under this larger budget (none left out by --limit)
         retried = budget > _budget_of(manifest.get_meta(_BUDGET_KEY)) and len(selected) == len(tasks)
         if not pending and manifest.get_meta("fingerprint") and jsonl.exists():
-            lines, counts = _summary(
-                manifest,
-                {"shards": len(tasks), "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0},
-                0,
-            )
-            return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty_sources],
-                                                counts=counts))
+            return _skipped(config, manifest, len(tasks), counting, empty_sources)
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
+        from tqdm import tqdm
+
         with tqdm(total=len(pending), desc="scan", unit="shard", disable=None, dynamic_ncols=True) as bar:
             for outcome in _outcomes(config, pending):
                 manifest.write_shard(outcome.shard, outcome.samples)
@@ -399,6 +405,46 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
         lines, counts = _summary(manifest, base, seconds)
     return _checked(config, StageResult(stage="scan", summary=[*counting, *lines, *empty_sources], counts=counts,
                                         seconds=seconds))
+
+
+_COUNTING_KEY = "counting"  # manifest meta: {"model_type", "lines"}: the counting path the scan printed
+
+
+def _skipped(config: Config, manifest: Manifest, shards: int, counting: list[str], empty: list[str]) -> StageResult:
+    """The result of a rerun that finds every shard in and the manifest finished: nothing to do."""
+    lines, counts = _summary(
+        manifest, {"shards": shards, "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0}, 0
+    )
+    return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty], counts=counts))
+
+
+def _up_to_date(config: Config, limit_shards: int | None) -> StageResult | None:
+    """The no-op rerun's answer, decided from the config, the manifest's meta and the shards' sizes and times
+    before the processor rules, the tokenizer or the loader's check load; None where anything needs the full
+    path (no manifest, other settings, a shard new, changed or gone, a too_slow retry, a manifest of an older
+    vlmpack without the counting lines), which then decides or refuses as before.
+
+    The processor folder is in the settings by its files' hashes (``scan_inputs.scan_settings``): a changed
+    folder is not up to date. ``packing.group_by`` is no scan setting, so it is checked here too."""
+    path = manifest_path(config.work_dir)
+    if not path.is_file() or not manifest_jsonl_path(config).exists():
+        return None
+    tasks, empty_sources = discover_sources(config)
+    selected = tasks[:limit_shards] if limit_shards else tasks
+    with Manifest(path) as manifest:
+        meta = {key: manifest.get_meta(key) for key in ("schema_version", "scan_inputs", "fingerprint", _COUNTING_KEY)}
+        if meta["schema_version"] != str(MANIFEST_SCHEMA_VERSION) or not meta["fingerprint"] or not meta[_COUNTING_KEY]:
+            return None
+        if meta["scan_inputs"] != scan_inputs_fingerprint(config):
+            return None
+        names = {t.shard for t in tasks}
+        if any(s not in names for s in manifest.done_shards()):
+            return None
+        if _pending(selected, manifest, _budget_of(config.process.max_seconds_per_sample)):
+            return None
+        counting = json.loads(meta[_COUNTING_KEY])
+        check_group_by(counting["model_type"], config.packing.group_by)  # packs its forward refuses: said here too
+        return _skipped(config, manifest, len(tasks), counting["lines"], empty_sources)
 
 
 def _checked(config: Config, result: StageResult) -> StageResult:
