@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from ..reasons import DropError, Reason
+from .image_header import header_size
 
 __all__ = ["ImageSize", "image_size", "open_image"]
 
@@ -38,7 +39,13 @@ def open_image(data: bytes, *, part: str = "image") -> Image.Image:
 
 
 def image_size(data: bytes, *, part: str = "image") -> ImageSize:
-    """Width and height from the header; raises ``DropError(corrupt_media)`` for unreadable or empty images."""
+    """Width and height from the header; raises ``DropError(corrupt_media)`` for unreadable or empty images.
+
+    The container's own header bytes first (``image_header.py``: JPEG, PNG, GIF, WebP, where it is certain
+    PIL would report the same size without raising); PIL's ``Image.open`` for everything else."""
+    fast = header_size(data)
+    if fast is not None:
+        return ImageSize(width=fast[0], height=fast[1])
     with open_image(data, part=part) as image:
         width, height = image.size
     if width <= 0 or height <= 0:
