@@ -71,14 +71,13 @@ processors take) are not read here. Positions: mRoPE from the model's ``get_rope
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
-from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil, smart_resize
-from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
 
 from ..config import VideoConfig
 from ..errors import ConfigError
@@ -93,10 +92,20 @@ if TYPE_CHECKING:
 __all__ = ["GLM4V", "GLM46V", "Glm4vFamily", "glm4v_grid", "glm46v_sample_frames"]
 
 
+@functools.cache
+def _transformers() -> SimpleNamespace:
+    """GLM-4V's image processor, video processor and ``smart_resize``, imported on first use: their modules pull
+    ``processing_utils``, ``modeling_utils`` and torch, which no other family's scan and no no-op rerun needs."""
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil, smart_resize
+    from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
+
+    return SimpleNamespace(image=Glm4vImageProcessorPil, video=Glm4vVideoProcessor, smart_resize=smart_resize)
+
+
 def glm4v_grid(rules: ModelRules, height: int, width: int, *, part: str = "") -> tuple[int, int, int]:
     """The (t, h, w) patch grid ``Glm4vImageProcessorPil`` gives a ``height`` x ``width`` image."""
     try:
-        resized_h, resized_w = smart_resize(
+        resized_h, resized_w = _transformers().smart_resize(
             num_frames=rules.temporal_patch_size,
             height=height,
             width=width,
@@ -193,6 +202,7 @@ class Glm4vFamily:
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
         sources = (kwargs, image)
+        Glm4vImageProcessorPil, Glm4vVideoProcessor = _transformers().image, _transformers().video  # noqa: N806
         settings = {}
         for name in ("patch_size", "merge_size", "temporal_patch_size"):
             value = first_setting(sources, name)
@@ -216,6 +226,7 @@ class Glm4vFamily:
     def video_defaults(self) -> VideoConfig:
         """The video processor's own defaults (``Glm4vVideoProcessor``; GLM-4.6V's class has the same),
         under the folder's video settings and the config's ``video:``."""
+        Glm4vVideoProcessor = _transformers().video  # noqa: N806
         size = Glm4vVideoProcessor.size
         return VideoConfig(
             fps=float(Glm4vVideoProcessor.fps), min_pixels=size["shortest_edge"], max_pixels=size["longest_edge"],
@@ -235,13 +246,13 @@ class Glm4vFamily:
             indices = glm46v_sample_frames(metadata, temporal_patch_size=rules.temporal_patch_size)
         else:  # the real method: it reads self.fps (unless given) and self.max_duration only
             host = SimpleNamespace(fps=video.fps, max_duration=rules.max_duration)
-            indices = Glm4vVideoProcessor.sample_frames(host, metadata, fps=video.fps)
+            indices = _transformers().video.sample_frames(host, metadata, fps=video.fps)
         indices = [int(i) for i in indices]
         if not indices:  # GLM-4.6V under 1/6 s: its extract_t is 0 and the processor then fails
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: {self.name}'s video processor samples no frame from this "
                             f"{info.n_frames / info.native_fps:.3f} s video ({info.n_frames} frames at {info.native_fps} fps)")  # fmt: skip
         try:
-            height, width = smart_resize(
+            height, width = _transformers().smart_resize(
                 num_frames=len(indices), height=info.height, width=info.width,
                 temporal_factor=rules.temporal_patch_size, factor=rules.factor,
                 min_pixels=video.min_pixels, max_pixels=video.max_pixels,

@@ -44,16 +44,11 @@ slow path, which runs their PixtralProcessor and counts the same three tokens as
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
-
-from transformers.image_utils import ChannelDimension
-from transformers.models.pixtral.image_processing_pil_pixtral import (
-    PixtralImageProcessorPil,
-    get_resize_output_image_size,
-)
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
@@ -68,13 +63,26 @@ __all__ = ["MISTRAL3", "PixtralFamily", "pixtral_grid"]
 _DEFAULT_PATCH, _DEFAULT_MERGE = 16, 1  # PixtralProcessor(patch_size=16, spatial_merge_size=1)
 
 
+@functools.cache
+def _transformers() -> SimpleNamespace:
+    """Pixtral's PIL image processor and its resize, imported on first use: their modules pull torch."""
+    from transformers.image_utils import ChannelDimension
+    from transformers.models.pixtral.image_processing_pil_pixtral import (
+        PixtralImageProcessorPil,
+        get_resize_output_image_size,
+    )
+
+    return SimpleNamespace(channels_last=ChannelDimension.LAST, image=PixtralImageProcessorPil,
+                           resize=get_resize_output_image_size)  # fmt: skip
+
+
 def pixtral_grid(rules: ModelRules, height: int, width: int, *, part: str = "") -> tuple[int, int]:
     """(rows, cols) of ``[IMG]`` the processor gives a ``height`` x ``width`` image."""
     patch = rules.patch_size * rules.merge_size
     shape = SimpleNamespace(shape=(height, width, 3))  # what get_image_size reads: no pixels needed
-    resized_h, resized_w = get_resize_output_image_size(
-        shape, size=rules.max_size, patch_size=(patch, patch), input_data_format=ChannelDimension.LAST
-    )
+    hf = _transformers()
+    resized_h, resized_w = hf.resize(shape, size=rules.max_size, patch_size=(patch, patch),
+                                     input_data_format=hf.channels_last)  # fmt: skip
     if resized_h <= 0 or resized_w <= 0:  # a side floored to 0 px: the image processor raises
         raise DropError(
             Reason.UNSUPPORTED_ASPECT,
@@ -110,7 +118,7 @@ class PixtralFamily:
                 f"{path}: do_resize is false; vlmpack counts Pixtral images resized to size.longest_edge. "
                 "Set do_resize: true (or remove it)"
             )
-        size = first_setting((kwargs, image), "size") or dict(PixtralImageProcessorPil.size)
+        size = first_setting((kwargs, image), "size") or dict(_transformers().image.size)
         if isinstance(size, dict) and isinstance(size.get("longest_edge"), int):
             bound = (size["longest_edge"], size["longest_edge"])
         elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):

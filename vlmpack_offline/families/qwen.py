@@ -28,12 +28,10 @@ the installed transformers' own default applies (a probe of ``Qwen3VLVideoProces
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
@@ -48,6 +46,15 @@ __all__ = ["QWEN", "QWEN_FAMILIES", "QWEN3_FAMILIES", "QwenFamily", "grid_thw", 
 
 
 
+@functools.cache
+def _smart_resize() -> Callable[..., tuple[int, int]]:
+    """transformers' Qwen2-VL ``smart_resize``, imported at the first image counted: its module pulls torch
+    (``transformers.image_utils``), which a scan that only starts, or finds itself up to date, never needs."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    return smart_resize
+
+
 def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[int, int, int]:
     """The (t, h, w) patch grid the Qwen-VL image/video processor gives for this item."""
     if media.kind == "video":
@@ -58,7 +65,7 @@ def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[in
             s.resized_width // rules.patch_size,
         )
     try:
-        height, width = smart_resize(
+        height, width = _smart_resize()(
             media.height,
             media.width,
             factor=rules.factor,
@@ -104,6 +111,8 @@ class QwenFamily:
     def _qwen3_video_blocks(self, rules: ModelRules, media: MediaInfo) -> tuple[list[float], int]:
         t, h, w = grid_thw(rules, media)
         s = media.sampling
+        from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
         # transformers' own timestamp rule (averages first/last frame of each temporal patch)
         stamps = Qwen3VLProcessor._calculate_timestamps(
             None, list(s.frame_indices), s.native_fps, rules.temporal_patch_size

@@ -29,7 +29,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from ..config import VideoConfig
 from ..reasons import DropError, Reason
@@ -148,6 +147,9 @@ def sample_video(
             Reason.CORRUPT_MEDIA,
             f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})",
         )
+    # imported per video, not with the module: it pulls torch, which a scan that reads no video never needs
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
     indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
     max_pixels = min(video.max_pixels, frame_pixel_limit(video, factor=factor, nframes=nframes))
     try:
