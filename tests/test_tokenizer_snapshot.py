@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -78,12 +77,11 @@ def test_a_snapshot_counts_exactly_as_the_folders_own_tokenizer(tmp_path, family
 
 
 def test_a_counter_on_the_snapshot_gives_the_same_counts(tmp_path):
-    from vlmpack_offline.config import VideoConfig
+    from vlmpack_offline.config import VideoConfig, config_from_dict
     from vlmpack_offline.conversation import parse_conversation
     from vlmpack_offline.tokens.counter import TokenCounter
     from vlmpack_offline.tokens.media_info import ImageMedia
     from vlmpack_offline.tokens.rules import load_model_rules
-    from vlmpack_offline.config import config_from_dict
 
     folder = build_processor_dir(tmp_path / "processor", "qwen2_5_vl")
     config = config_from_dict({"data": {"wds_dir": str(tmp_path), "work_dir": str(tmp_path / "w"),
