@@ -188,9 +188,9 @@ class HeaderReader:
         at = self.offset
         try:
             member = self._member(0)
-            if member.size < 0 and _has_data(member):
-                raise _Hostile(f"negative member size {member.size}")  # tarfile yields it; no reader can use it
-            if self.offset <= at:
+            if member.size < 0 and member.type in tarfile.REGULAR_TYPES and not member.sparse:
+                raise _Hostile(f"negative file size {member.size}")  # tarfile yields it; no reader can read it
+            if self.offset <= at and not self.offset == at == 0:  # (at 0, tarfile's next() just ends the walk)
                 raise _Hostile("the next header would be this one or an earlier one")  # tarfile loops over them
             return member
         except EOFHeaderError:
