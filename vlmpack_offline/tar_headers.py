@@ -210,12 +210,14 @@ class HeaderReader:
         return data
 
     def _read_on(self, size: int) -> bytes:
-        """``fileobj.read(size)`` from the current position: never past the end; a negative size reads to the
-        end, as ``read`` does. More than ``_MAX_EXTENSION`` bytes for one long-name or PAX header is hostile."""
-        left = max(self._size - self._pos, 0)
-        size = left if size < 0 else min(size, left)
-        if size > _MAX_EXTENSION:
-            raise _Hostile(f"a long-name or PAX header of {size} bytes")
+        """``fileobj.read(size)`` from the current position, never past the end of the file.
+
+        A negative size (``read`` raises ValueError for it) or more than ``_MAX_EXTENSION`` bytes for one
+        long-name or PAX header is hostile.
+        """
+        size = min(size, max(self._size - self._pos, 0))
+        if not 0 <= size <= _MAX_EXTENSION:
+            raise _Hostile(f"a long-name, PAX or sparse header of {size} bytes")
         return self._read(self._pos, size)
 
     def _member(self, depth: int) -> Header:
@@ -273,7 +275,7 @@ class HeaderReader:
     def _pax(self, header: Header, depth: int) -> Header:
         data = self._read_on(_block(header.size))
         records = self._globals if header.type == tarfile.XGLTYPE else dict(self._globals)
-        charset = _PAX_CHARSET.search(data)
+        charset = _PAX_CHARSET.search(data) if b"hdrcharset=" in data else None
         if charset is not None:
             try:
                 records["hdrcharset"] = charset.group(1).decode("utf-8")
