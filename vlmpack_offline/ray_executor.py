@@ -12,7 +12,9 @@ worker set up once, one-line errors), on a Ray cluster::
 * A worker lost mid-task (node gone, OOM kill) is retried ``MAX_RETRIES`` times by Ray; a task's own
   error is not retried, it stops the stage with its one line.
 * The setup (``initializer(*initargs)``: the scan's tokenizer) runs once per worker process and
-  per distinct ``initargs``: Ray reuses its worker processes across tasks.
+  per distinct ``initargs``: Ray reuses its worker processes across tasks, and with them the loaded counter.
+  A cold worker imports the task's module (the scan's: ``stages/_scan_shard.py``) and, at setup, the
+  configured family's module alone (``families/__init__.py`` imports each on first use).
 * Inputs and outputs must be on a filesystem every node sees (inputs may be fsspec URLs), and
   vlmpack (with the same version) installed on every node: tasks call its functions by name.
 
