@@ -11,11 +11,14 @@ because each step follows ``tarfile.py`` (CPython 3.11: ``TarFile.next``, ``TarI
                                                      a jump over a large member, whose data is never read)
     a TarInfo with 20 fields decoded                 a ``Header`` with the 5 fields a reader needs; the other
                                                      number fields checked (they can fail the header), not kept
-    two struct sums per header for the checksum      one ``sum``; the signed one only when it fails
+    two struct sums per header for the checksum      one Adler-32 byte sum; the signed sum only when it fails
 
-Where ``tarfile`` crashes or loops on a hostile header (a negative size walking back to an earlier header,
-a GNU sparse map that is not numbers, a cut sparse extension block, thousands of nested long-name headers),
-the header is read as invalid instead, so the caller records a damaged or truncated member and goes on.
+Where ``tarfile`` crashes, loops or yields what no reader can read on a hostile header (a negative size:
+a file of -5 bytes, or a step back to an earlier header, forever; a long-name or PAX header of negative
+size; a GNU sparse map that is not numbers; a cut sparse extension block; thousands of nested long-name
+headers), the header is read as invalid instead, so the caller records a damaged member and goes on.
+Everywhere else the members are tarfile's, checked on thousands of damaged tars by
+tests/test_tar_fast_reader.py.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ class _Hostile(Exception):
 
 @dataclass(slots=True)
 class Header:
-    """One member as ``TarFile.next()`` returns it, reduced to what a member reader uses."""
+    """One member as ``TarFile.next()`` returns it, reduced to what a member reader uses.
+
+    Not frozen: long-name and PAX headers patch the member read after them, as tarfile patches its TarInfo.
+    """
 
     name: str  # member path (GNU long name / PAX path applied)
     type: bytes  # typeflag, e.g. b"0", b"5", b"S"
