@@ -189,7 +189,7 @@ class HeaderReader:
         if self.offset != self._pos:
             if self.offset == 0:
                 return None
-            if not self._read(self.offset - 1, 1):
+            if self.offset > self._size or not self._read(self.offset - 1, 1):  # (past the end: not even a read)
                 raise ReadError("unexpected end of data")
         at = self.offset
         try:

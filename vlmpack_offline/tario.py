@@ -387,8 +387,11 @@ def read_range(handle, offset: int, size: int) -> bytes:
     """Read ``size`` bytes at ``offset`` of an open binary file (``os.pread`` where possible).
 
     An fsspec file without a descriptor (``s3://``, ``memory://``) is read by seek + read, which
-    fetches that byte range (plus its read-ahead block) from the store.
+    fetches that byte range (plus its read-ahead block) from the store. An offset past any possible file (a
+    damaged tar header's size can point there) reads nothing.
     """
+    if offset >= 1 << 63:
+        return b""
     try:
         return os.pread(handle.fileno(), size, offset)
     except (AttributeError, OSError):
