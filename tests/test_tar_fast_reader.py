@@ -276,6 +276,11 @@ def _variants(path: Path):
             block = bytearray(raw[at : at + 512])
             block[156] = kind
             yield f"header at {at}: type {bytes([kind])!r}", raw[:at] + bytes(_with_checksum(block)) + raw[at + 512 :]
+        for kind in b"ZVS7":  # data-carrying kinds tarfile does not check against the file size
+            block = bytearray(raw[at : at + 512])
+            block[124:136], block[156] = b"\x80" + (2**88 - 1).to_bytes(11, "big"), kind
+            yield f"header at {at}: type {bytes([kind])!r} of 2**88 bytes", raw[:at] + bytes(_with_checksum(block)) + raw[
+                at + 512 :]  # fmt: skip
         block = bytearray(raw[at : at + 512])
         signed = sum(b - 256 if b > 127 and not 148 <= i < 156 else b for i, b in enumerate(block)) - sum(
             block[148:156]) + 256  # fmt: skip
