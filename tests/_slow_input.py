@@ -1,8 +1,8 @@
 """A real slow sample for the time-budget tests (not a test module).
 
-A long conversation is labelled in a few renders (``spans.linear_spans``) unless its text holds the
-private-use characters that search marks contents with (crawled text has them: icon fonts, custom
-emoji); then the exact turn-by-turn search runs, two renders of a growing prefix per turn, more than
+A long conversation is labelled from its one render (``tokens/turn_marks.py``) or in a few renders
+(``spans.linear_spans``) unless its text holds the private-use characters both mark their renders with
+(crawled text has them: icon fonts, custom emoji); then the exact turn-by-turn search runs, two renders of a growing prefix per turn, more than
 quadratic in the turns: 1,000 turns took 31 s and 2,000 took 250 s on a busy 2-core machine, so a
 3,000-turn sample needs many minutes, hundreds of times the tests' budgets of seconds. Only the budget
 ends it in a test's time, so a test needs no clock to see that it did; the samples around it take
@@ -27,8 +27,8 @@ def _chat(turns: int, key: str, note: str = "") -> SyntheticSample:
 
 
 def slow_sample() -> SyntheticSample:
-    """The sample ``slow``: ``SLOW_TURNS`` turns kept on the turn-by-turn search by a private-use character."""
-    return _chat(SLOW_TURNS, "slow", note=" \ue000")
+    """The sample ``slow``: ``SLOW_TURNS`` turns kept on the turn-by-turn search by private-use characters."""
+    return _chat(SLOW_TURNS, "slow", note=" \ue000\ue002")
 
 
 def shard_with_one_slow_sample(path: Path) -> None:

@@ -280,8 +280,37 @@ class TokenCounter:
             out[index] = spans
         return out
 
-    def _render_all(self, conversations: Sequence[Conversation]) -> list[str]:
-        return self.chat.render_many([c.messages for c in conversations])
+    def _texts_and_spans(
+        self, conversations: Sequence[Conversation]
+    ) -> tuple[list[str], list[DropError | None], list[list[tuple[int, int]] | Exception | None]]:
+        """The rendered text of each sample that renders, a ``DropError`` in ``results`` for one that does
+        not, and the span verdict (``_spans_many``) of each text, in sample order."""
+        found = (self.chat.turns_many([c.messages for c in conversations]) if self.train_on == "assistant"
+                 else [None] * len(conversations))  # fmt: skip
+        rest = [c for c, f in zip(conversations, found, strict=True) if f is None]
+        rest_texts: list[str] = []
+        rest_results: list[DropError | None] = []
+        try:  # one template call for the rest of the batch; on any failure, per sample to isolate the bad one
+            rest_texts = self.chat.render_many([c.messages for c in rest])
+            rest_results = [None] * len(rest)
+        except Exception:
+            for conversation in rest:
+                try:
+                    rest_texts.append(self.render(conversation)[0])
+                    rest_results.append(None)
+                except DropError as exc:
+                    rest_results.append(exc)
+        rendered = [c for c, r in zip(rest, rest_results, strict=True) if r is None]
+        rest_spans = iter(self._spans_many(rendered, rest_texts))
+        rest_text, rest_result = iter(rest_texts), iter(rest_results)
+        texts, results, spans = [], [], []
+        for one in found:
+            result = None if one is not None else next(rest_result)
+            results.append(result)
+            if result is None:
+                texts.append(one[0] if one is not None else next(rest_text))
+                spans.append(one[1] if one is not None else next(rest_spans))
+        return texts, results, spans
 
     def _check_pads(self, conversation: Conversation, found: Sequence[str]) -> None:
         expected = [m.kind for m in conversation.media]
@@ -299,24 +328,13 @@ class TokenCounter:
     ) -> list[Count | DropError]:
         """Counts for many samples with one batched tokenizer call; a failed sample gets its ``DropError``.
 
-        Rendering is batched too: one template call renders every sample, and the assistant-span
-        check (``loss.train_on: assistant``) reuses those texts and renders the remaining prefixes
-        in one call per kind (``ChatRenderer.spans_many``) instead of three calls per sample.
+        One template render per sample: with ``loss.train_on: assistant`` the assistant spans come from
+        it where the template streams its messages (``ChatRenderer.turns_many``); elsewhere every sample
+        is rendered in one template call and the prefixes the span check needs in one call per kind
+        (``ChatRenderer.spans_many``).
         """
-        texts: list[str] = []
-        results: list[Count | DropError | None] = []
-        try:  # one template call for the batch; on any failure, per sample to isolate the bad one
-            texts = self._render_all([c for c, _ in samples])
-            results = [None] * len(samples)
-        except Exception:
-            for conversation, _media in samples:
-                try:
-                    texts.append(self.render(conversation)[0])
-                    results.append(None)
-                except DropError as exc:
-                    results.append(exc)
-        rendered = [c for (c, _), r in zip(samples, results, strict=True) if r is None]
-        spans = iter(self._spans_many(rendered, texts))
+        texts, results, spans = self._texts_and_spans([c for c, _ in samples])
+        spans = iter(spans)
         encoded = iter(self._encode_many(self.expander.compact_many(texts)))
         image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
         for index, (conversation, media) in enumerate(samples):

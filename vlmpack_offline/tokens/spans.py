@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from .turn_marks import MarkedTemplate
+
 __all__ = ["SpanError", "ChatRenderer", "has_generation_markers", "assistant_spans", "linear_spans"]
 
 FEW_TURNS = 4  # up to this many assistant turns the exact turn-by-turn search runs; beyond it, linear_spans first
@@ -257,13 +259,93 @@ def _history_turn(messages: Sequence[dict], index: int, render: Render, prompt: 
     return block[len(header) :].rstrip()
 
 
-class ChatRenderer:
-    """Renders conversations with one chat template (HF's own Jinja environment) and finds assistant spans."""
+def _spans_from_starts(messages: Sequence[dict], full: str, starts: Sequence[int],
+                       generation: str) -> list[tuple[int, int]] | None:
+    """``assistant_spans`` where ``render(messages[:k])`` is ``full[:starts[k]]`` and the generation prompt
+    adds ``generation`` to it (``turn_marks``): ``_locate_turn``'s own steps on those slices, linear in the
+    text. None where a step would leave its first branch (the prompt not a prefix of the turn, a turn
+    before the cursor) or a turn would need an empty prefix: the exact search decides those."""
+    spans: list[tuple[int, int]] = []
+    cursor, last = 0, len(messages) - 1
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        if index == 0:
+            return None
+        begin = starts[index] + len(generation)
+        end = starts[index + 1] if index < last else len(full)
+        if end < begin or not full.startswith(generation, starts[index]) or begin < cursor:
+            return None
+        turn = len(full[begin:end].rstrip())
+        if turn:
+            spans.append((begin, begin + turn))
+            cursor = begin + turn
+    return spans
 
-    def __init__(self, template: str, special_tokens_map: dict) -> None:
+
+# conversations a template's marked render is checked on before it is trusted (turn_marks.MarkedTemplate.build)
+_PROBES = (
+    ({"role": "user", "content": [{"type": "text", "text": "What is this?"}]},
+     {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]}),
+    ({"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+     {"role": "user", "content": [{"type": "image", "image": "img0.jpg"}, {"type": "text", "text": "And this?"}]},
+     {"role": "assistant", "content": [{"type": "text", "text": "A dog."}]},
+     {"role": "user", "content": [{"type": "text", "text": "Sure?"}]},
+     {"role": "assistant", "content": [{"type": "text", "text": " Yes. "}]}),
+)  # fmt: skip
+
+
+class ChatRenderer:
+    """Renders conversations with one chat template (HF's own Jinja environment) and finds assistant spans.
+
+    ``one_render``: where the template streams its messages (``turn_marks``), a conversation's spans come
+    from its one full render; False: always from prefix renders (the exact search alone)."""
+
+    def __init__(self, template: str, special_tokens_map: dict, *, one_render: bool = True) -> None:
         self.template = template
         self.special_tokens_map = dict(special_tokens_map)
         self.has_generation = has_generation_markers(template)
+        self.one_render = one_render
+        self._marked: MarkedTemplate | None | bool = False  # built on first use; None: the template does not stream
+
+    def _marked_template(self) -> MarkedTemplate | None:
+        if self._marked is False:
+            self._marked = MarkedTemplate.build(self.template, self.special_tokens_map, _PROBES) if self.one_render else None
+            if self._marked is not None and not all(self._agrees(probe) for probe in _PROBES):
+                self._marked = None
+        return self._marked  # type: ignore[return-value]
+
+    def _agrees(self, probe: Sequence[dict]) -> bool:
+        """The one-render spans of a probe conversation equal the exact search's, or it proves nothing."""
+        (found,) = self.turns_many([probe])
+        if found is None:
+            return True
+        try:
+            full = self.render(probe)
+            return found == (full, assistant_spans(probe, self.render, full))
+        except Exception:  # noqa: BLE001 - the exact search fails where one render found spans: not trusted
+            return False
+
+    def turns_many(self, conversations: Sequence[Sequence[dict]]) -> list[tuple[str, list[tuple[int, int]]] | None]:
+        """``render_with_spans`` of each conversation from one render of it, or None where that one render
+        proves nothing (a template that does not stream, a conversation with no assistant turn or whose turn
+        leaves the exact search's first branch, a render that raises): the caller renders prefixes there."""
+        marked = self._marked_template()
+        if marked is None:
+            return [None] * len(conversations)
+        out: list[tuple[str, list[tuple[int, int]]] | None] = []
+        for messages in conversations:
+            found = None
+            if any(m.get("role") == "assistant" for m in messages):
+                try:
+                    rendered = marked.render(messages)
+                except Exception:  # noqa: BLE001 - the plain render raises it again, where it is reported
+                    rendered = None
+                if rendered is not None:
+                    spans = _spans_from_starts(messages, rendered[0], rendered[1], marked.generation)
+                    found = None if spans is None else (rendered[0], spans)
+            out.append(found)
+        return out
 
     def render_many(self, conversations: Sequence[Sequence[dict]], *, add_generation_prompt: bool = False) -> list[str]:
         """One text per conversation; raises whatever Jinja raises."""
@@ -334,6 +416,9 @@ class ChatRenderer:
     def render_with_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and its assistant spans (the ``{% generation %}`` spans only where rendering
         turn by turn cannot locate them)."""
+        (found,) = self.turns_many([messages])
+        if found is not None:
+            return found
         try:  # a prefix may fail to render (a template's own role checks) where the whole conversation renders
             full = self.render(messages)
             return full, self._spans(messages, self.render, full)
