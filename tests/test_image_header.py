@@ -318,7 +318,9 @@ SMALL = {
     "jpeg progressive": lambda: encode(picture(24, 16), "JPEG", progressive=True),
     "png": lambda: encode(picture(24, 16), "PNG", pnginfo=text_info()),
     "webp lossy": lambda: encode(picture(24, 16), "WEBP"),
-    "webp animated": lambda: encode(picture(8, 6), "WEBP", save_all=True, append_images=[picture(8, 6, seed=1)]),
+    "webp animated": lambda: encode(
+        picture(8, 6), "WEBP", save_all=True, append_images=[picture(8, 6, seed=1)]
+    ),
     "gif": lambda: encode(picture(24, 16), "GIF"),
     "bmp": lambda: encode(picture(6, 4), "BMP"),
 }
@@ -381,3 +383,49 @@ def test_random_bytes_behind_a_magic_give_pils_outcome(magic):
     for length in list(range(0, 64)) + [rng.randrange(64, 4096) for _ in range(200)]:
         data = magic + rng.randbytes(length)
         assert our_outcome(data) == pil_outcome(data), data[:40]
+
+
+def test_an_exif_block_that_breaks_pils_dpi_read_is_left_to_pil():
+    """PIL reads the dpi from EXIF at open when JFIF gave none; an XResolution of one undefined byte makes
+    that raise IndexError, which PIL does not catch: the file is ``corrupt_media`` there, so here too."""
+    block = exif_block()
+    assert block.startswith(b"Exif\0\0MM") and block.count(b"\x01\x1a\x00\x05") == 1  # XResolution, RATIONAL
+    block = block.replace(b"\x01\x1a\x00\x05", b"\x01\x1a\x00\x07")  # ... now UNDEFINED: one byte
+    data = encode(picture(24, 16), "JPEG", exif=block)
+    assert pil_outcome(data) == "corrupt_media"
+    assert header_size(data) is None
+    assert our_outcome(data) == "corrupt_media"
+
+
+def test_a_jfif_segment_too_short_for_its_version_is_left_to_pil():
+    good = encode(picture(24, 16), "JPEG")
+    assert good[2:4] == b"\xff\xe0" and good[6:11] == b"JFIF\0"
+    short = good[:2] + b"\xff\xe0\x00\x06JFIF" + good[4 + int.from_bytes(good[4:6], "big") :]
+    assert header_size(short) is None
+    assert our_outcome(short) == pil_outcome(short) == "corrupt_media"
+
+
+def test_every_ihdr_depth_colour_type_and_filter_gives_pils_outcome():
+    """IHDR fields with their CRC fixed: only PIL's (depth, colour type) pairs and filter method 0 open."""
+    rows = zlib.compress(b"\0" * 13 * 3)
+    opened = 0
+    for depth in (0, 1, 2, 3, 4, 8, 16, 32):
+        for colour in range(8):
+            for filtering in (0, 1):
+                ihdr = struct.pack(">IIBBBBB", 4, 3, depth, colour, 0, filtering, 0)
+                data = png_from_chunks([(b"IHDR", ihdr), (b"IDAT", rows), (b"IEND", b"")])
+                assert our_outcome(data) == pil_outcome(data), (depth, colour, filtering)
+                opened += pil_outcome(data) == (4, 3)
+    assert opened == 15  # the PNG spec's 15 valid pairs, filter method 0
+
+
+def test_a_graphic_control_block_too_short_for_pil_gives_pils_outcome():
+    """PIL indexes a GIF's graphic control block (delay at bytes 1-2, the transparent index at 3 when flag
+    bit 0 is set): shorter blocks make it raise."""
+    good = encode(picture(6, 4).convert("P"), "GIF", duration=100)
+    at = good.index(b"\x21\xf9\x04")
+    for flags in (0, 1):
+        for size in range(6):
+            block = bytes([0x21, 0xF9, size, flags]) + b"\0" * max(size - 1, 0) + b"\0"
+            data = good[:at] + block + good[at + 8 :]
+            assert our_outcome(data) == pil_outcome(data), (flags, size)
