@@ -48,8 +48,8 @@ _ERRORS = "surrogateescape"  # TarFile()'s default: undecodable bytes kept as su
 _LONG = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 _PAX = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 _OCTAL = re.compile(rb" *[0-7]+ *(?:\0.*)?|\0.*| *", re.DOTALL)  # number fields int(..., 8) reads as it is
-_NUMBERS = re.compile(rb"(?:[0-7]{7}\0){3}([0-7]{11})\0[0-7]{11}\0([0-7]{6})\0 ")  # mode uid gid size mtime chksum
-_DEVICES = re.compile(rb"(?:[0-7]{7}\0|\0{8}){2}")  # devmajor, devminor at 329
+_NUMBERS = re.compile(  # from byte 100: mode uid gid size mtime chksum, 173 bytes of type and names, devmajor devminor
+    rb"(?:[0-7]{7}\0){3}([0-7]{11})\0[0-7]{11}\0([0-7]{6})\0 .{173}(?:[0-7]{7}\0|\0{8}){2}", re.DOTALL)
 _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 _PAX_CHARSET = re.compile(rb"\d+ hdrcharset=([^\n]+)\n")
 
@@ -131,7 +131,7 @@ def _frombuf(buf: bytes) -> tuple[Header, int, bool]:
         raise EmptyHeaderError("empty header")
     if len(buf) != BLOCKSIZE:
         raise TruncatedHeaderError("truncated header")
-    numbers = _NUMBERS.match(buf, 100)  # the number fields as tarfile and GNU tar write them
+    numbers = _NUMBERS.match(buf, 100)  # all number fields as tarfile and GNU tar write them
     if numbers is not None:
         chksum = int(numbers.group(2), 8)
     elif buf.count(0) == BLOCKSIZE:
@@ -140,7 +140,7 @@ def _frombuf(buf: bytes) -> tuple[Header, int, bool]:
         chksum = _nti(buf[148:156])
     if chksum != 256 + _byte_sum(buf) - sum(buf[148:156]) and chksum not in tarfile.calc_chksums(buf):
         raise InvalidHeaderError("bad checksum")
-    if numbers is not None and _DEVICES.match(buf, 329):
+    if numbers is not None:
         size = int(numbers.group(1), 8)
     else:  # mode, uid, gid, mtime, devmajor, devminor are not used, but a bad one fails the header
         for start, end in ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345)):
