@@ -12,6 +12,8 @@ of its last path component; the rest is the part name::
 
 ``offset`` is where the member's data starts in the tar file (after any PAX
 headers), so later stages copy media bytes with one ``pread`` and no tar parsing.
+Headers are read by ``tar_headers.HeaderReader``: stdlib ``tarfile``'s walk, from large reads and
+without its per-member objects (``iter_members(..., reader="tarfile")`` is tarfile itself).
 
 A shard is a local path (read with ``os.pread``) or a URL (``s3://``, ``gs://``, ``file://``,
 ``memory://``, any fsspec protocol), read through ``fsspec`` by byte range: ``open_source``,
