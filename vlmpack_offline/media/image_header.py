@@ -275,29 +275,34 @@ def _gif(data: bytes) -> tuple[int, int] | None:
             right = (data[pos + 1] | data[pos + 2] << 8) + (data[pos + 5] | data[pos + 6] << 8)
             bottom = (data[pos + 3] | data[pos + 4] << 8) + (data[pos + 7] | data[pos + 8] << 8)
             return max(width, right), max(height, bottom)
-        if block == 0x21:  # extension: label, sub-blocks to a 0
+        if block == 0x21:  # extension: a label, then sub-blocks read as PIL reads them (below)
             if pos + 2 >= end:
                 return None
-            label, pos = data[pos + 1], pos + 2
-            first = data[pos]
-            if (
-                label == 0xF9
-                and first
-                and first < (4 if data[pos + 1 : pos + 2] and data[pos + 1] & 1 else 3)
-            ):
-                return None  # PIL indexes a short graphic control block
-            while True:
-                if pos >= end:
-                    return None
-                length = data[pos]
-                pos += 1 + length
-                if length == 0:
+            label = data[pos + 1]
+            first, pos = _gif_sub_block(data, pos + 2)
+            if label == 0xF9 and first is not None and (len(first) < 3 or first[0] & 1 and len(first) < 4):
+                return None  # PIL indexes the delay (and the transparent index) of a short control block
+            if label == 0xFE:  # comment: PIL reads sub-blocks to the first empty one
+                while first:
+                    first, pos = _gif_sub_block(data, pos)
+                continue
+            if label == 0xFF and first is not None and first.startswith(b"NETSCAPE2.0"):
+                _, pos = _gif_sub_block(data, pos)  # the loop count block
+            while True:  # then sub-blocks to an empty one: past a first one that was already empty
+                block_data, pos = _gif_sub_block(data, pos)
+                if not block_data:
                     break
-            if pos > end:
-                return None
         else:
             pos += 1  # PIL skips any other byte
     return None
+
+
+def _gif_sub_block(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    """GifImageFile.data(): one sub-block (a size byte, that many bytes; short at the end of the file),
+    None for a size of 0 or no byte left; and the position after it."""
+    if pos >= len(data) or not data[pos]:
+        return None, pos + 1
+    return data[pos + 1 : pos + 1 + data[pos]], pos + 1 + data[pos]
 
 
 def _bmp(data: bytes) -> tuple[int, int] | None:
