@@ -36,6 +36,13 @@ def picture(width: int, height: int, mode: str = "RGB", seed: int = 0) -> Image.
     return Image.fromarray(pixels, "RGB").convert(mode)
 
 
+def with_alpha(image: Image.Image) -> Image.Image:
+    """RGBA whose alpha varies (an opaque alpha is dropped by the WebP encoder: no VP8X, no ALPH)."""
+    rgba = image.convert("RGBA")
+    rgba.putalpha(image.convert("L"))
+    return rgba
+
+
 def encode(image: Image.Image, fmt: str, **options: object) -> bytes:
     out = io.BytesIO()
     image.save(out, fmt, **options)
@@ -84,7 +91,8 @@ def corpus() -> list[tuple[str, bytes]]:
             (f"png dpi + exif {tag}", encode(rgb, "PNG", dpi=(96, 96), exif=exif_block())),
             (f"webp lossy {tag}", encode(rgb, "WEBP", quality=80)),
             (f"webp lossless {tag}", encode(rgb, "WEBP", lossless=True)),
-            (f"webp lossy alpha {tag}", encode(rgb.convert("RGBA"), "WEBP", quality=80)),
+            (f"webp lossy alpha (VP8X + ALPH) {tag}", encode(with_alpha(rgb), "WEBP", quality=80)),
+            (f"webp lossless alpha {tag}", encode(with_alpha(rgb), "WEBP", lossless=True)),
             (f"webp icc + exif (VP8X) {tag}", encode(rgb, "WEBP", icc_profile=srgb, exif=exif_block())),
             (f"gif {tag}", encode(rgb, "GIF")),
             (f"bmp 24-bit {tag}", encode(rgb, "BMP")),
@@ -96,6 +104,7 @@ def corpus() -> list[tuple[str, bytes]]:
             files.append((f"png mode {mode} {tag}", encode(rgb.convert(mode), "PNG")))
         for mode in ("1", "L", "P", "RGBA"):
             files.append((f"bmp mode {mode} {tag}", encode(rgb.convert(mode), "BMP")))
+        files.append((f"gif with alpha {tag}", encode(with_alpha(rgb), "GIF")))
     frames = [picture(40, 30, seed=i) for i in range(3)]
     mpo_frames = [picture(40, 30), picture(20, 10, seed=1)]
     files += [
@@ -318,6 +327,7 @@ SMALL = {
     "jpeg progressive": lambda: encode(picture(24, 16), "JPEG", progressive=True),
     "png": lambda: encode(picture(24, 16), "PNG", pnginfo=text_info()),
     "webp lossy": lambda: encode(picture(24, 16), "WEBP"),
+    "webp alpha": lambda: encode(with_alpha(picture(12, 8)), "WEBP"),
     "webp animated": lambda: encode(
         picture(8, 6), "WEBP", save_all=True, append_images=[picture(8, 6, seed=1)]
     ),
