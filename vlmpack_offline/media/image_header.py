@@ -36,10 +36,10 @@ __all__ = ["header_size"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_CID = re.compile(rb"\w\w\w\w")  # PngImagePlugin.is_cid: PIL raises on any other chunk name
-# (bit depth, colour type) pairs PIL maps to a mode (PngImagePlugin._MODES): the PNG spec's valid set
+# (bit depth, colour type) -> the mode PIL gives (PngImagePlugin._MODES; 16-bit LA opens as RGBA): the spec's 15
 _PNG_MODES = {(1, 0): "1", (2, 0): "L", (4, 0): "L", (8, 0): "L", (16, 0): "I;16", (8, 2): "RGB",
               (16, 2): "RGB", (1, 3): "P", (2, 3): "P", (4, 3): "P", (8, 3): "P", (8, 4): "LA",
-              (16, 4): "LA", (8, 6): "RGBA", (16, 6): "RGBA"}  # fmt: skip
+              (16, 4): "RGBA", (8, 6): "RGBA", (16, 6): "RGBA"}  # fmt: skip
 # chunks whose PIL handler (PngStream.chunk_*) raises below this length
 _PNG_MIN_LENGTH = {b"gAMA": 4, b"cHRM": 32, b"sRGB": 1, b"pHYs": 9}
 _PNG_DECLINED = {b"iTXt", b"IEND", b"fdAT"}  # PIL decodes / stops / checks more here: it decides
@@ -108,18 +108,18 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
         elif code == 0xDB and not _dqt_ok(data, start, pos):
             return None
         elif 0xE0 <= code <= 0xEF:
-            if code == 0xE0 and data.startswith(b"JFIF", start):
+            if code == 0xE0 and data.startswith(b"JFIF", start, pos):
                 if length < 7:
                     return None
                 dpi = dpi or (length >= 12 and data[start + 7] in (1, 2))
-            elif code == 0xE1 and data.startswith(b"Exif\0\0", start):
+            elif code == 0xE1 and data.startswith(b"Exif\0\0", start, pos):
                 exif = data[start:pos] if exif is None else exif + data[start + 6 : pos]
-            elif code == 0xE2 and data.startswith(b"ICC_PROFILE\0", start):
+            elif code == 0xE2 and data.startswith(b"ICC_PROFILE\0", start, pos):
                 icc.append(data[start:pos])
-            elif code == 0xED and data.startswith(b"Photoshop 3.0\0", start):
+            elif code == 0xED and data.startswith(b"Photoshop 3.0\0", start, pos):
                 if not _photoshop_ok(data[start:pos]):
                     return None
-            elif code == 0xEE and data.startswith(b"Adobe", start) and length < 7:
+            elif code == 0xEE and data.startswith(b"Adobe", start, pos) and length < 7:
                 return None
         elif code == 0xDA:  # SOS: PIL stops here
             break
