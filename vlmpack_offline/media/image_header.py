@@ -12,17 +12,20 @@ point where PIL has the size, and declines at each place the plugin could raise:
           its first frame's, as PIL's MpoImageFile keeps it; EXIF without a JFIF dpi is run through PIL's
           own ``_read_dpi_from_exif`` (it may raise on a hostile EXIF: then PIL decides)
     PNG   signature, IHDR first, then every chunk to the first IDAT whole and CRC-checked, as PIL reads them
-          (iCCP / zTXt / iTXt, which PIL decompresses at open, decline)
-    GIF   screen descriptor, blocks to the first image descriptor (PIL grows the size to that frame)
-    WebP  RIFF, one VP8 / VP8L frame (simple) or VP8X canvas with its chunks, each frame header checked the
-          way libwebp's demuxer checks it (PIL's size is the demuxer's canvas)
-
-    BMP   file header, OS/2 or Windows info header (PIL's unsigned width, its top-down height rule)
+          (iCCP / zTXt inflated with PIL's own bounded inflate; iTXt, IEND or fdAT before IDAT decline)
+    GIF   screen descriptor, blocks to the first image descriptor as GifImageFile.data() reads sub-blocks
+          (PIL grows the size to hold that first frame)
+    WebP  RIFF, one VP8 / VP8L frame (simple) or a VP8X canvas with its chunks (a still image of the canvas
+          size, or ANIM then ANMF frames inside the canvas), each frame header checked the way libwebp's
+          VP8GetInfo / VP8LGetInfo check it (PIL's size is the demuxer's canvas)
+    BMP   file header, OS/2 or Windows info header (PIL's unsigned width, its top-down height rule);
+          bit-field masks and JPEG / PNG inside a BMP decline
 
 TIFF, HEIF/AVIF and every other format decline: PIL reads them as before (TIFF's IFD rules and HEIF's
-boxes are not mirrored here). Sizes are untransposed (EXIF orientation is
-not applied), as PIL reports them from the header. PIL's decompression-bomb rule: a size above
-``Image.MAX_IMAGE_PIXELS`` (read at call time) declines, so PIL warns or raises exactly as it would.
+boxes are not mirrored here). Sizes are untransposed (EXIF orientation is not applied), as PIL reports
+them from the header. PIL's decompression-bomb rule: a size above ``Image.MAX_IMAGE_PIXELS`` (read at call
+time) declines, so PIL warns or raises exactly as it would. One difference is left on purpose: a malformed
+MPO index makes PIL warn and open the file as a plain JPEG of the same size; here there is no warning.
 """
 
 from __future__ import annotations
