@@ -395,3 +395,21 @@ def test_a_header_that_loops_tarfile_is_a_damaged_member_and_reading_goes_on(tmp
     assert [(s.key, s.problem) for s in samples] == [
         ("k0", None), ("k1", None), ("k2", Reason.DAMAGED_HEADER), ("k3", None)]
     assert "damaged tar header at byte" in samples[2].error
+
+
+def test_reading_resumed_at_a_long_name_whose_header_is_damaged_reads_the_samples_after_it(tmp_path):
+    """Two damaged headers in a row behind GNU long names: reading resumes at a long-name header whose own
+    member header is bad. Both readers used to stop there with no reason, leaving k2 and k3 unread."""
+    folder = "d" * 60 + "/" + "e" * 60 + "/"  # over 100 characters: every member has a long-name header
+    path = write_shard(tmp_path / "s.tar", [SyntheticSample(key=f"{folder}k{i}", json={"i": i},
+                                                            media={"img0.jpg": b"x" * 700}) for i in range(4)])
+    with tarfile.open(path) as tar:
+        headers = [tar.getmember(f"{folder}k1.{part}").offset_data - 512 for part in ("json", "img0.jpg")]
+    raw = bytearray(path.read_bytes())
+    for at in headers:  # the member headers after k1's two long-name headers
+        raw[at + 148] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    for reader in ("fast", "tarfile"):
+        samples = list(group_samples(iter_members(path, reader=reader)))
+        assert [(s.key.removeprefix(folder), s.problem) for s in samples] == [
+            ("k0", Reason.DAMAGED_HEADER), ("k2", None), ("k3", None)], reader  # k1's names are in the lost bytes

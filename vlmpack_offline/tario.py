@@ -184,14 +184,16 @@ def iter_members(tar_path: str | Path, *, reader: str = "fast") -> Iterator[TarM
             resume, start = start, None
             try:
                 tar = open_reader(handle, resume, file_size)
-            except tarfile.ReadError:  # not even a first header: empty or not a tar
-                if file_size and resume == 0:
-                    yield TarMember(name="?", offset=0, size=0, problem=Reason.NOT_A_TAR, detail="not a tar file")
-                return
+            except tarfile.ReadError:
+                if resume == 0:  # not even a first header: empty or not a tar
+                    if file_size:
+                        yield TarMember(name="?", offset=0, size=0, problem=Reason.NOT_A_TAR, detail="not a tar file")
+                    return
+                tar = None  # a long-name or PAX header leads to a bad one: damage here too (never the rest unread)
             while True:
-                header_at = tar.offset
+                header_at = tar.offset if tar is not None else resume
                 try:
-                    info = tar.next()
+                    info = tar.next() if tar is not None else None
                 except (tarfile.ReadError, EOFError):  # header cut or damaged
                     info = None
                 if info is None:
