@@ -1,25 +1,36 @@
-"""Benchmark: scan time of one sample against its number of turns, linear span search vs the exact one.
+"""Benchmark: scan time of one sample against its number of turns, one render vs the prefix renders.
 
     python benchmarks/bench_turns.py                          # Qwen2.5-VL template, 10 .. 5,000 turns
-    python benchmarks/bench_turns.py --family gemma3 --baseline-max 500
+    python benchmarks/bench_turns.py --family gemma3 --repeats 5
+    python benchmarks/bench_turns.py --gc-freeze              # the start-up heap frozen (gc.freeze) first
 
 One conversation per size (user question, assistant answer, repeated), parsed from its JSON and counted
 by the scan's counter (``TokenCounter.count_many``: chat template render, assistant spans, tokenizer),
 timed alone in this process after a warm-up (the tokenizer load and the template compile are start-up,
 not counted). Two arms in the same run:
 
-* linear: what the scan does now (``spans.linear_spans`` for more than ``FEW_TURNS`` answers);
-* exact: the turn-by-turn search alone (``FEW_TURNS`` raised past every size), the scan before this
-  change, up to ``--baseline-max`` turns (it grows with the square of the turns: minutes at 5,000).
+* one render: what the scan does now (``tokens/turn_marks.py``: the spans from the one marked render,
+  where the template streams its messages);
+* prefix renders: the scan before it (``ChatRenderer(one_render=False)``: ``spans.linear_spans`` for more
+  than ``FEW_TURNS`` answers, a few renders of the whole conversation).
 
-Reported per size: seconds of each arm and their ratio, then the growth of the linear arm from 500 to
-5,000 turns (linear growth: about 10).
+Reported per size: min / median / max CPU seconds of this process over ``--repeats`` runs of each arm
+(other programs sharing the machine do not inflate them as they do wall-clock seconds) and the ratio of the
+medians, then the growth of each arm from 500 to 5,000 turns in CPU and in wall-clock seconds (min / median /
+max of the per-run ratios; linear growth: 10).
+
+``--gc-freeze``: ``gc.collect(); gc.freeze()`` after start-up. The cyclic collector's full passes walk every
+object the process holds (transformers' modules and the tokenizer: most of them), and a 5,000-turn sample
+allocates enough to set one off where a 500-turn one does not; with that heap frozen the growth is the
+conversation's own. The scan's workers do not freeze their heap today.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +39,7 @@ from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.tokens import TokenCounter
-from vlmpack_offline.tokens import spans as spans_module
+from vlmpack_offline.tokens.spans import ChatRenderer
 
 SIZES = (10, 50, 100, 500, 1000, 2000, 5000)
 
@@ -41,48 +52,58 @@ def _sample(turns: int) -> bytes:
     return json.dumps({"messages": messages}).encode()
 
 
-def _seconds(counter: TokenCounter, raw: bytes, repeats: int) -> float:
-    best = float("inf")
+def _seconds(counter: TokenCounter, raw: bytes, repeats: int) -> tuple[list[float], list[float]]:
+    """(CPU seconds, wall-clock seconds) of each of ``repeats`` runs."""
+    cpu, wall = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         conversation = parse_conversation(raw, key="k", parts=[])
         (count,) = counter.count_many([(conversation, [])])
-        best = min(best, time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+        wall.append(time.perf_counter() - started)
         assert not isinstance(count, Exception), count
-    return best
+    return cpu, wall
+
+
+def _spread(values: list[float], digits: int = 3) -> str:
+    return " / ".join(f"{v:.{digits}f}" for v in (min(values), statistics.median(values), max(values)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_5_vl")
-    parser.add_argument("--baseline-max", type=int, default=1000, help="largest size the exact arm runs")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.collect(); gc.freeze() after start-up")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_processor_dir(Path(tmp) / "proc", args.family)
         config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}},
                                    "data": {"work_dir": tmp}}, source="bench")
-        counter = TokenCounter.from_config(config)
-        _seconds(counter, _sample(10), 1)  # warm-up: template compile, tokenizer caches
-        print(f"{args.family}: seconds to parse and count one sample (best of {args.repeats})")
-        print("| turns | linear | exact (before) | exact / linear |")
+        one = TokenCounter.from_config(config)
+        prefix = TokenCounter.from_config(config)
+        prefix.chat = ChatRenderer(prefix.chat.template, prefix.chat.special_tokens_map, one_render=False)
+        for counter in (one, prefix):
+            _seconds(counter, _sample(10), 1)  # warm-up: template compile, tokenizer caches
+        if args.gc_freeze:
+            gc.collect()
+            gc.freeze()
+        served = one.chat.turns_many([parse_conversation(_sample(2), key="k", parts=[]).messages])[0] is not None
+        print(f"{args.family}: CPU seconds to parse and count one sample, min / median / max of {args.repeats}"
+              f"{'' if served else ' (this template is not served by the one render: both arms render prefixes)'}")
+        print("| turns | one render | prefix renders | prefix / one (medians) |")
         print("|---|---|---|---|")
-        linear = {}
-        few = spans_module.FEW_TURNS
+        runs: dict[str, dict[int, tuple[list[float], list[float]]]] = {"one": {}, "prefix": {}}
         for turns in SIZES:
             raw = _sample(turns)
-            linear[turns] = _seconds(counter, raw, args.repeats)
-            exact = None
-            if turns <= args.baseline_max:
-                spans_module.FEW_TURNS = 10**9
-                try:
-                    exact = _seconds(counter, raw, 1 if turns >= 500 else args.repeats)
-                finally:
-                    spans_module.FEW_TURNS = few
-            shown = f"{exact:.3f}" if exact is not None else "(not run)"
-            ratio = f"{exact / linear[turns]:.1f}x" if exact is not None else ""
-            print(f"| {turns:,} | {linear[turns]:.3f} | {shown} | {ratio} |")
-        print(f"linear growth 500 -> 5,000 turns: {linear[5000] / linear[500]:.1f}x (10x is linear)")
+            runs["one"][turns] = _seconds(one, raw, args.repeats)
+            runs["prefix"][turns] = _seconds(prefix, raw, args.repeats)
+            cpu_one, cpu_prefix = runs["one"][turns][0], runs["prefix"][turns][0]
+            ratio = statistics.median(cpu_prefix) / statistics.median(cpu_one)
+            print(f"| {turns:,} | {_spread(cpu_one)} | {_spread(cpu_prefix)} | {ratio:.1f}x |")
+        for arm, name in (("one", "one render"), ("prefix", "prefix renders")):
+            for kind, column in (("CPU", 0), ("wall-clock", 1)):
+                growth = [b / a for a, b in zip(runs[arm][500][column], runs[arm][5000][column], strict=True)]
+                print(f"{name}: growth 500 -> 5,000 turns in {kind} seconds {_spread(growth, 1)}x (10x is linear)")
 
 
 if __name__ == "__main__":

@@ -167,12 +167,13 @@ def parse_conversation(
         data = json.loads(raw_json)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge int literals, deep nesting
         raise DropError(Reason.BAD_JSON, f"JSON does not parse: {str(exc)[:300]}") from None
-    try:  # "\ud800" parses, but no tokenizer or file can take a lone surrogate
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise DropError(Reason.BAD_JSON, f"JSON holds text that is not valid Unicode: {exc.reason}") from None
-    except RecursionError:
-        raise DropError(Reason.BAD_JSON, "JSON is nested too deeply") from None
+    if not _surrogate_free(raw_json):
+        try:  # "\ud800" parses, but no tokenizer or file can take a lone surrogate
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DropError(Reason.BAD_JSON, f"JSON holds text that is not valid Unicode: {exc.reason}") from None
+        except RecursionError:
+            raise DropError(Reason.BAD_JSON, "JSON is nested too deeply") from None
     if isinstance(data, list) and data:  # the published converter's VQA branch: the JSON is the message list
         return _conversation(_from_vqa_list(data, _PartPool(key, parts)))
     if not isinstance(data, dict):
@@ -196,6 +197,21 @@ def parse_conversation(
     return _conversation(messages)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_free(raw_json: bytes | str) -> bool:
+    """Whether ``json.loads(raw_json)`` cannot hold a lone surrogate, so the check that encodes the parsed JSON
+    again (a tenth of the scan's parsing) can be skipped: UTF-8 bytes without a ``\\u`` escape and without the
+    byte 0xED that opens a UTF-8-encoded surrogate (``json.loads`` decodes with ``surrogatepass``), or text
+    with neither an escape nor a surrogate. A JSON nested too deeply for that check failed ``json.loads``."""
+    if isinstance(raw_json, str):
+        return "\\u" not in raw_json and not _SURROGATE.search(raw_json)
+    if not isinstance(raw_json, bytes):
+        return False
+    return b"\\u" not in raw_json and b"\xed" not in raw_json and json.detect_encoding(raw_json) == "utf-8"
+
+
 def _conversation(messages: list[dict]) -> Conversation:
     if not messages:
         raise DropError(Reason.UNKNOWN_FORMAT, "conversation has no turns")
@@ -217,7 +233,9 @@ def _list(value: Any) -> list:
 
 
 def _role(name: Any) -> str:
-    role = _ROLE_ALIASES.get(str(name).lower()) if name is not None else None
+    role = _ROLE_ALIASES.get(name) if type(name) is str else None  # the usual, already lower-case: no copies
+    if role is None and name is not None:
+        role = _ROLE_ALIASES.get(str(name).lower())
     if role is None:
         raise DropError(Reason.UNKNOWN_FORMAT, f"unknown role {name!r} (expected user/assistant/system)")
     return role

@@ -150,8 +150,8 @@ def _pad_kinds(ids: list[int], image_id: int | None, video_id: int | None) -> li
     return ["image" if i == image_id else "video" for i in ids if i == image_id or i == video_id]
 
 
-_LONG = 50_000  # characters: a longer text is tokenized in pieces (TokenCounter._encode_many)
-_PIECE = 20_000  # characters at least between two cuts
+_LONG = 4_000  # characters: a longer text is tokenized in pieces (TokenCounter._encode_many)
+_PIECE = 2_000  # characters at least between two cuts
 
 
 def _cut_points(tokenizer) -> re.Pattern | None:
