@@ -26,10 +26,14 @@ published do not always hold the end-of-turn token (LLaVA-OneVision's wrap the t
 model trained on them never learns ``<|im_end|>``, and never learns to stop). HF's marker spans
 are the fallback for a marker template whose turns cannot be located or rendered one by one.
 
-The scan checks many samples at once (``ChatRenderer.spans_many``): their full texts are
-already rendered, ``upto_i`` of the last turn is that full text, and every other prefix
-is rendered in one template call per ``add_generation_prompt`` value, so a one-turn
-sample costs one extra render, not three.
+Where the template streams its messages (``turn_marks.py``: proven from its Jinja tree, then checked
+on probe conversations), every ``prompt_i`` and ``upto_i`` is a cut of the full render plus the constant
+generation prompt, so ``ChatRenderer.turns_many`` reads the spans off ONE render with a mark at the start
+of each message (``_spans_from_starts``: ``_locate_turn``'s own steps on those cuts). Elsewhere, and for a
+sample the one render does not settle, the scan checks many samples at once
+(``ChatRenderer.spans_many``): their full texts are already rendered, ``upto_i`` of the last turn is that
+full text, and every other prefix is rendered in one template call per ``add_generation_prompt`` value,
+so a one-turn sample costs one extra render, not three.
 """
 
 from __future__ import annotations
