@@ -27,6 +27,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """The run's own ``$VLMPACK_CACHE_DIR`` (disk_cache.py: proofs, tokenizer snapshots, loader verdicts), shared
+    by its tests and the processes they start, never the user's home: each run decides everything afresh once."""
+    import os
+
+    before = os.environ.get("VLMPACK_CACHE_DIR")
+    os.environ["VLMPACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("vlmpack-cache"))
+    yield
+    if before is None:
+        os.environ.pop("VLMPACK_CACHE_DIR", None)
+    else:
+        os.environ["VLMPACK_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def qwen25_processor_dir(tmp_path_factory) -> Path:
     """Qwen2.5-VL settings: patch 14, merge 2, min_pixels 3136, max_pixels 12845056."""

@@ -81,6 +81,7 @@ import numpy as np
 
 from ..config import VideoConfig
 from ..errors import ConfigError
+from ..hf_functions import hf_function
 from ..reasons import DropError, Reason
 from .base import Size, SpecialTokens, encoder_blocks, first_setting, tokenizer_token
 
@@ -94,18 +95,23 @@ __all__ = ["GLM4V", "GLM46V", "Glm4vFamily", "glm4v_grid", "glm46v_sample_frames
 
 @functools.cache
 def _transformers() -> SimpleNamespace:
-    """GLM-4V's image processor, video processor and ``smart_resize``, imported on first use: their modules pull
-    ``processing_utils``, ``modeling_utils`` and torch, which no other family's scan and no no-op rerun needs."""
-    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil, smart_resize
+    """GLM-4V's image and video processors, imported on first use: their modules pull ``processing_utils``,
+    ``modeling_utils`` and torch, which no other family's scan and no no-op rerun needs."""
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
     from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
 
-    return SimpleNamespace(image=Glm4vImageProcessorPil, video=Glm4vVideoProcessor, smart_resize=smart_resize)
+    return SimpleNamespace(image=Glm4vImageProcessorPil, video=Glm4vVideoProcessor)
+
+
+def _smart_resize():
+    """transformers' GLM-4V ``smart_resize``, compiled from its source without its module (``hf_functions.py``)."""
+    return hf_function("transformers.models.glm4v.image_processing_pil_glm4v", "smart_resize")
 
 
 def glm4v_grid(rules: ModelRules, height: int, width: int, *, part: str = "") -> tuple[int, int, int]:
     """The (t, h, w) patch grid ``Glm4vImageProcessorPil`` gives a ``height`` x ``width`` image."""
     try:
-        resized_h, resized_w = _transformers().smart_resize(
+        resized_h, resized_w = _smart_resize()(
             num_frames=rules.temporal_patch_size,
             height=height,
             width=width,
@@ -252,7 +258,7 @@ class Glm4vFamily:
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: {self.name}'s video processor samples no frame from this "
                             f"{info.n_frames / info.native_fps:.3f} s video ({info.n_frames} frames at {info.native_fps} fps)")  # fmt: skip
         try:
-            height, width = _transformers().smart_resize(
+            height, width = _smart_resize()(
                 num_frames=len(indices), height=info.height, width=info.width,
                 temporal_factor=rules.temporal_patch_size, factor=rules.factor,
                 min_pixels=video.min_pixels, max_pixels=video.max_pixels,

@@ -28,12 +28,12 @@ the installed transformers' own default applies (a probe of ``Qwen3VLVideoProces
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..hf_functions import hf_function
 from ..reasons import DropError, Reason
 from . import QWEN3_FAMILIES, QWEN_FAMILIES  # the package's table of types, defined before any module loads
 from .base import Size, SpecialTokens, encoder_blocks
@@ -46,13 +46,10 @@ __all__ = ["QWEN", "QWEN_FAMILIES", "QWEN3_FAMILIES", "QwenFamily", "grid_thw", 
 
 
 
-@functools.cache
 def _smart_resize() -> Callable[..., tuple[int, int]]:
-    """transformers' Qwen2-VL ``smart_resize``, imported at the first image counted: its module pulls torch
-    (``transformers.image_utils``), which a scan that only starts, or finds itself up to date, never needs."""
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
-    return smart_resize
+    """transformers' Qwen2-VL ``smart_resize``, compiled from its source without its module, which pulls torch
+    (``hf_functions.py``)."""
+    return hf_function("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl", "smart_resize")
 
 
 def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[int, int, int]:

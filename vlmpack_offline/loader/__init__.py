@@ -16,29 +16,27 @@
     adapters/        one module per training framework (Megatron, transformers.Trainer, NeMo Automodel)
 """
 
-from .attention import block_causal_mask, segment_ids, varlen_attention, varlen_backend
-from .batch import PackBatch
-from .encoder import EncoderOptions, PackEncoder
-from .labels import IGNORE_INDEX
-from .rope import RopeIndex
-from .vision_inputs import VisionInputs
+import importlib
+
+# name -> the module that defines it, imported on first use: the scan's check (servable.py) and a plain
+# ``import vlmpack_offline.loader.x`` need no torch until a piece that uses it is asked for
+_WHERE = {
+    "block_causal_mask": "attention", "segment_ids": "attention", "varlen_attention": "attention",
+    "varlen_backend": "attention", "PackBatch": "batch", "EncoderOptions": "encoder", "PackEncoder": "encoder",
+    "IGNORE_INDEX": "labels", "RopeIndex": "rope", "VisionInputs": "vision_inputs",
+    "PackTaskEncoder": "task_encoder", "train_dataset": "task_encoder",
+    "PackDataset": "dataset", "packed_shards": "dataset", "iter_cooked_packs": "dataset",
+    "PackSequence": "sequence", "PackSequenceSampler": "sequence",
+}  # fmt: skip
 
 
 def __getattr__(name: str):
-    # energon / webdataset entry points import lazily: the encoder alone needs neither.
-    if name in ("PackTaskEncoder", "train_dataset"):
-        from . import task_encoder
-
-        return getattr(task_encoder, name)
-    if name in ("PackDataset", "packed_shards", "iter_cooked_packs"):
-        from . import dataset
-
-        return getattr(dataset, name)
-    if name in ("PackSequence", "PackSequenceSampler"):
-        from . import sequence
-
-        return getattr(sequence, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

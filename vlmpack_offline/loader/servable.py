@@ -16,7 +16,8 @@ sample::
 
 A part that needs torchvision where it is missing (a video processor, Molmo2's image processor) is not
 refused: the loader runs where torchvision is installed; ``vlmpack scan`` logs that it was left out.
-The verdict is cached per folder (its files' sizes and times) in the process.
+The verdict is cached per folder (its files' sizes and times) in the process, and a yes on disk (``disk_cache.py``:
+under the folder's files, the versions and the loader's deciding source), so a later scan need not import torch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..disk_cache import key_of, read_json, write_json
 from ..errors import ConfigError
 
 __all__ = ["check_servable", "runs_processor", "load_processor", "processor_for_loader"]
@@ -80,8 +82,37 @@ def check_servable(rules, processor_kwargs: dict[str, Any] | None = None) -> Non
     (module doc); return quietly when it can. ``processor_kwargs``: ``model.processor_kwargs``."""
     if rules.text_only:  # the loader gives 1-D positions and needs no processor
         return
-    kwargs = dict(processor_kwargs or {})
-    _check(rules.processor_path, rules.model_type, json.dumps(kwargs, sort_keys=True, default=str), _stamp(rules.processor_path))
+    kwargs_json = json.dumps(dict(processor_kwargs or {}), sort_keys=True, default=str)
+    key = key_of(folder=rules.processor_path, sources=_SOURCES, packages=_PACKAGES, extra=[rules.model_type, kwargs_json])
+    kept = read_json("servable", key)
+    if isinstance(kept, dict) and kept.get("ok") is True and isinstance(kept.get("warnings"), list):
+        for line in kept["warnings"]:  # what the check left out, said again
+            log.warning("%s", line)
+        return
+    warnings = _Warnings()
+    log.addHandler(warnings)
+    try:
+        _check(rules.processor_path, rules.model_type, kwargs_json, _stamp(rules.processor_path))
+    finally:
+        log.removeHandler(warnings)
+    write_json("servable", key, {"ok": True, "warnings": warnings.lines})
+
+
+# what decides the verdict (disk_cache.py): a refusal is never kept, so it is said again with its reason
+_SOURCES = ("loader/servable.py", "loader/rope.py", "loader/processor_pack.py", "loader/model_classes.py",
+            "loader/vision_inputs.py", "tokens/processor_parts.py", "tokens/spans.py")  # fmt: skip
+_PACKAGES = ("transformers", "torch", "torchvision", "tokenizers", "numpy", "pillow")
+
+
+class _Warnings(logging.Handler):
+    """The lines the check logs (parts left out for want of torchvision), kept with its verdict."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def _stamp(path: str) -> tuple:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import VideoConfig
+from ..hf_functions import hf_function
 from ..reasons import DropError, Reason
 from .video_meta import DEFAULT_READER, VideoInfo, checked, decord_reader, probe_video
 
@@ -147,9 +148,8 @@ def sample_video(
             Reason.CORRUPT_MEDIA,
             f"{part}: cannot sample {temporal_factor}..{total} frames from this video (got {nframes})",
         )
-    # imported per video, not with the module: it pulls torch, which a scan that reads no video never needs
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
+    # transformers' own, compiled from its source: its module pulls torch (hf_functions.py)
+    smart_resize = hf_function("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl", "smart_resize")
     indices = np.linspace(0, total - 1, nframes).round().astype(np.int64)
     max_pixels = min(video.max_pixels, frame_pixel_limit(video, factor=factor, nframes=nframes))
     try:
@@ -180,7 +180,7 @@ def _sample_hf_qwen3(
         with cap_pixels_per_frame: max_pixels = n * max(min(max_video_tokens * factor**2, max_pixels // n),
                                                         int(1.05 * min_pixels))
     """
-    from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as video_smart_resize
+    video_smart_resize = hf_function("transformers.models.qwen3_vl.video_processing_qwen3_vl", "smart_resize")
 
     total = info.n_frames
     nframes = int(total / info.native_fps * video.fps)

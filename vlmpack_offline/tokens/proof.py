@@ -36,15 +36,12 @@ path's own source, so a rerun is instant and any change proves again.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..config import ModelConfig, VideoConfig
 from ..conversation import Conversation, MediaRef
+from ..disk_cache import key_of, read_json, write_json
 from ..reasons import DropError
 
 __all__ = ["PROOF_IMAGES", "PROOF_VIDEOS", "SUITE_PROVEN", "SUITE_TRANSFORMERS", "Verdict", "prove_folder"]
@@ -76,7 +73,6 @@ SUITE_PROVEN: dict[str, frozenset[str]] = {
 
 _SOURCES = ("families/generic.py", "families/generic_fields.py", "families/video_rules.py",
             "families/processor_frames.py", "tokens/proof.py", "tokens/processor_parts.py")  # fmt: skip
-_FOLDER_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,42 +297,18 @@ class _Checker:
 
 # -- the cache ------------------------------------------------------------------------------------------
 def _key(model: ModelConfig, model_type: str) -> str:
-    import transformers
-
-    digest = hashlib.sha256()
-    folder = Path(model.processor_path)
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _FOLDER_FILES):
-        digest.update(str(path.relative_to(folder)).encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    root = Path(__file__).resolve().parent.parent
-    for name in _SOURCES:
-        source = root / name
-        digest.update(source.read_bytes() if source.is_file() else b"-")
-    digest.update(json.dumps([model_type, transformers.__version__, model.processor_kwargs, model.chat_template_kwargs],
-                             sort_keys=True, default=str).encode())  # fmt: skip
-    return digest.hexdigest()[:32]
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("VLMPACK_CACHE_DIR") or Path.home() / ".cache" / "vlmpack") / "proofs"
+    extra = [model_type, model.processor_kwargs, model.chat_template_kwargs]
+    return key_of(folder=model.processor_path, sources=_SOURCES, packages=("transformers",), extra=extra)
 
 
 def _read_cache(key: str) -> Verdict | None:
+    data = read_json("proofs", key)
     try:
-        data = json.loads((_cache_dir() / f"{key}.json").read_text())
         return Verdict(ok=bool(data["ok"]), line=str(data["line"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 
 def _write_cache(key: str, verdict: Verdict) -> None:
     """Best effort: a read-only home only costs the next run its proof."""
-    directory = _cache_dir()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        temporary = directory / f".{key}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps({"ok": verdict.ok, "line": verdict.line}))
-        os.replace(temporary, directory / f"{key}.json")
-    except OSError as exc:
-        log.debug("proof verdict not cached in %s: %s", directory, exc)
-
+    write_json("proofs", key, {"ok": verdict.ok, "line": verdict.line})

@@ -52,6 +52,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import disk_cache
 from .._published import QWEN_FROM_FOLDER
 from ..config import ModelConfig, VideoConfig
 from ..errors import ConfigError
@@ -121,16 +122,25 @@ class ModelRules:
 
 @functools.cache
 def _hf_names() -> tuple[frozenset[str], frozenset[str], dict[str, str]]:
-    """(every transformers model_type, its vision-language ones, model_type -> processor class)."""
+    """(every transformers model_type, its vision-language ones, model_type -> processor class).
+
+    Read from transformers' auto tables once per install and kept (``disk_cache.py``): importing them pulls torch,
+    seconds of every scan's start for three name lists."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    installed = Path(spec.origin).stat().st_mtime_ns if spec is not None and spec.origin else None
+    key = disk_cache.key_of(packages=("transformers",), extra=["auto tables", str(spec.origin if spec else None), installed])
+    kept = disk_cache.read_json("transformers-names", key)
+    if isinstance(kept, list) and len(kept) == 3:
+        return frozenset(kept[0]), frozenset(kept[1]), dict(kept[2])
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
-    return (
-        frozenset(CONFIG_MAPPING_NAMES),
-        frozenset(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
-        dict(PROCESSOR_MAPPING_NAMES),
-    )
+    names = (sorted(CONFIG_MAPPING_NAMES), sorted(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES), dict(PROCESSOR_MAPPING_NAMES))
+    disk_cache.write_json("transformers-names", key, names)
+    return frozenset(names[0]), frozenset(names[1]), names[2]
 
 
 def known_model_types() -> frozenset[str]:

@@ -19,23 +19,22 @@ Cache: ``$VLMPACK_CACHE_DIR`` else ``~/.cache/vlmpack``, ``tokenizers/<key>/`` (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from ..disk_cache import cache_dir, key_of
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TokenizerSnapshot", "load_counting_tokenizer", "snapshot_key"]
 
 _FORMAT = 1  # bump when what is saved changes
-_FOLDER_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")  # what a tokenizer is built from (not weights)
 _PROBES = (
     "", " ", "  leading and trailing  ", "\n\n\t mixed\r\nwhitespace \u00a0\u3000", "Hello, world! 12345 3.14159",
     "ünïcödé naïve café 你好世界 こんにちは 안녕하세요 مرحبا שלום Привет 🙂👍🏽", "a" * 300, "<not_a_token> </s> [INST]",
@@ -111,25 +110,12 @@ def load_counting_tokenizer(path: str, *, trust_remote_code: bool = False):
 
 def snapshot_key(path: str) -> str:
     """A hash of the folder's tokenizer files, the versions that build a tokenizer from them, and this format."""
-    digest = hashlib.sha256()
-    folder = Path(path)
-    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _FOLDER_FILES):
-        digest.update(str(file.relative_to(folder)).encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
-    versions = [_version(name) for name in ("transformers", "tokenizers")]
-    digest.update(json.dumps([_FORMAT, versions]).encode())
-    return digest.hexdigest()[:32]
-
-
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "-"
+    return key_of(folder=path, sources=("tokens/tokenizer_snapshot.py",), packages=("transformers", "tokenizers"),
+                  extra=_FORMAT)
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("VLMPACK_CACHE_DIR") or Path.home() / ".cache" / "vlmpack") / "tokenizers"
+    return cache_dir("tokenizers")
 
 
 # -- making one -------------------------------------------------------------------------------------------
