@@ -15,11 +15,12 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cache_dir", "folder_digest", "key_of", "read_json", "sources_digest", "version_of", "write_json"]
+__all__ = ["cache_dir", "folder_digest", "installed_fact", "key_of", "read_json", "sources_digest", "version_of",
+           "write_json"]
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +84,21 @@ def write_json(kind: str, key: str, value: object) -> None:
         os.replace(temporary, directory / f"{key}.json")
     except OSError as exc:
         log.debug("%s not cached in %s: %s", kind, directory, exc)
+
+
+def installed_fact(name: str, compute: Callable[[], object], *, package: str = "transformers") -> object:
+    """``compute()`` (JSON-able), once per install of ``package``: a fact about the installed code (a class default,
+    a table of names) whose probe imports modules that pull torch. Keyed by the package's version and the time its
+    ``__init__.py`` was written, so a reinstall probes again."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    origin = spec.origin if spec is not None else None
+    written = Path(origin).stat().st_mtime_ns if origin else None
+    key = key_of(packages=(package,), extra=[name, origin, written])
+    kept = read_json("installed", key)
+    if isinstance(kept, dict) and "value" in kept:
+        return kept["value"]
+    value = compute()
+    write_json("installed", key, {"value": value})
+    return value

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import VideoConfig
+from ..disk_cache import installed_fact
 from ..hf_functions import hf_function
 from ..reasons import DropError, Reason
 from .video_meta import DEFAULT_READER, VideoInfo, checked, decord_reader, probe_video
@@ -87,7 +88,12 @@ def recipe_video(factor: int) -> VideoConfig:
 @functools.cache
 def installed_frame_cap_default() -> bool:
     """Whether the installed transformers' Qwen3-VL video processor caps frames when its folder says nothing
-    (a probe of the class default, not a version check: ``cap_pixels_per_frame`` None / absent means no cap)."""
+    (a probe of the class default, not a version check: ``cap_pixels_per_frame`` None / absent means no cap), kept
+    per install (``disk_cache.installed_fact``): the probe's import pulls torch."""
+    return bool(installed_fact("Qwen3VLVideoProcessor.cap_pixels_per_frame", _probe_frame_cap))
+
+
+def _probe_frame_cap() -> bool:
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
     return bool(getattr(Qwen3VLVideoProcessor, "cap_pixels_per_frame", None))

@@ -17,6 +17,7 @@ row (or whose size/mtime changed); other inputs are refused (StaleArtifactError)
 from __future__ import annotations
 
 import dataclasses
+import gc
 import glob
 import json
 import os
@@ -258,16 +259,19 @@ def _outcomes(config: Config, tasks: list[ShardTask]):
     from ._scan_shard import init_worker, scan_in_worker
 
     workers = min(config.process.workers, len(tasks))
-    yield from stage_map(
-        config.process,
-        scan_in_worker,
-        tasks,
-        workers=workers,
-        initializer=init_worker,
-        initargs=(config,),
-        ordered=False,
-        stage="scan",
-    )
+    try:
+        yield from stage_map(
+            config.process,
+            scan_in_worker,
+            tasks,
+            workers=workers,
+            initializer=init_worker,
+            initargs=(config,),
+            ordered=False,
+            stage="scan",
+        )
+    finally:
+        gc.unfreeze()  # init_worker froze this process's start-up objects (one worker, or before the pool forked)
 
 
 def _write_jsonl(manifest: Manifest, path: Path) -> None:

@@ -8,13 +8,31 @@
     counter.py     TokenCounter.count_many / count / materialize (fast path: a family module, or text-only)
     slow.py        SlowCounter: runs the HF processor for any other family
     factory.py     make_counter(config): picks the fast or slow path
+    tokenizer_snapshot.py  the counting tokenizer saved once per folder, read back without transformers' classes
+
+Names are imported on first use: ``counter`` imports transformers (its Jinja chat-template renderer), which a
+module that reads rules or the snapshot alone does not need.
 """
 
-from .counter import Count, Materialized, TokenCounter, load_tokenizer
-from .expansion import Expander, SpecialTokens
-from .factory import make_counter
-from .media_info import ImageMedia, MediaInfo, VideoMedia, grid_thw, media_token_count, probe_media
-from .rules import FAST_FAMILIES, ModelRules, load_model_rules
+import importlib
+
+_WHERE = {
+    "Count": "counter", "Materialized": "counter", "TokenCounter": "counter", "load_tokenizer": "counter",
+    "Expander": "expansion", "SpecialTokens": "expansion", "make_counter": "factory",
+    "ImageMedia": "media_info", "MediaInfo": "media_info", "VideoMedia": "media_info", "grid_thw": "media_info",
+    "media_token_count": "media_info", "probe_media": "media_info",
+    "FAST_FAMILIES": "rules", "ModelRules": "rules", "load_model_rules": "rules",
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Count",

@@ -234,10 +234,14 @@ class TokenCounter:
         return None if token_id is None or (unk is not None and token_id == unk) else token_id
 
     @classmethod
-    def from_config(cls, config: Config, rules: ModelRules | None = None) -> TokenCounter:
-        """Load rules (unless given) and the tokenizer once (one counter per worker process)."""
+    def from_config(cls, config: Config, rules: ModelRules | None = None, *, snapshot: bool = False) -> TokenCounter:
+        """Load rules (unless given) and the tokenizer once (one counter per worker process): transformers' own,
+        or with ``snapshot`` its saved snapshot where one can be kept (the scan: the same ids, without torch)."""
+        from .tokenizer_snapshot import load_counting_tokenizer
+
         rules = rules or load_model_rules(config.model)
-        return cls(rules, load_tokenizer(rules.processor_path, trust_remote_code=trusted(config.model.processor_kwargs)),
+        load = load_counting_tokenizer if snapshot else load_tokenizer
+        return cls(rules, load(rules.processor_path, trust_remote_code=trusted(config.model.processor_kwargs)),
                    config.video, config.loss.train_on,
                    config.model.chat_template_kwargs)  # fmt: skip
 

@@ -55,8 +55,11 @@ def video_sampling(rules: ModelRules) -> str | None:
     return line
 
 
-def make_counter(config: Config):
-    """``TokenCounter`` (fast) or ``SlowCounter``; both offer ``probe``, ``count_many`` and ``count``."""
+def make_counter(config: Config, *, snapshot: bool = False):
+    """``TokenCounter`` (fast) or ``SlowCounter``; both offer ``probe``, ``count_many`` and ``count``.
+
+    ``snapshot``: the fast path counts with the tokenizer's snapshot (``tokenizer_snapshot.py``: the same ids,
+    without torch), as the scan does; otherwise its tokenizer is transformers' own, as the loader needs it."""
     rules = load_model_rules(config.model)
     if rules.generic is not None and family_for(rules.model_type) is None:  # tokenized as its processor tokenizes
         family = family_of(rules)
@@ -64,7 +67,7 @@ def make_counter(config: Config):
         tokenizer.chat_template = tokenizer.chat_template or getattr(family.processor, "chat_template", None)
         return TokenCounter(rules, tokenizer, config.video, config.loss.train_on, config.model.chat_template_kwargs)
     if rules.fast or rules.text_only:
-        return TokenCounter.from_config(config, rules)
+        return TokenCounter.from_config(config, rules, snapshot=snapshot)
     from .slow import SlowCounter
 
     return SlowCounter(rules, config)

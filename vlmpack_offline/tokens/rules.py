@@ -124,23 +124,18 @@ class ModelRules:
 def _hf_names() -> tuple[frozenset[str], frozenset[str], dict[str, str]]:
     """(every transformers model_type, its vision-language ones, model_type -> processor class).
 
-    Read from transformers' auto tables once per install and kept (``disk_cache.py``): importing them pulls torch,
-    seconds of every scan's start for three name lists."""
-    import importlib.util
+    Read from transformers' auto tables once per install and kept (``disk_cache.installed_fact``): importing them
+    pulls torch, seconds of every scan's start for three name lists."""
+    every, vision, processors = disk_cache.installed_fact("auto tables", _read_hf_names)
+    return frozenset(every), frozenset(vision), dict(processors)
 
-    spec = importlib.util.find_spec("transformers")
-    installed = Path(spec.origin).stat().st_mtime_ns if spec is not None and spec.origin else None
-    key = disk_cache.key_of(packages=("transformers",), extra=["auto tables", str(spec.origin if spec else None), installed])
-    kept = disk_cache.read_json("transformers-names", key)
-    if isinstance(kept, list) and len(kept) == 3:
-        return frozenset(kept[0]), frozenset(kept[1]), dict(kept[2])
+
+def _read_hf_names() -> list:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
-    names = (sorted(CONFIG_MAPPING_NAMES), sorted(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES), dict(PROCESSOR_MAPPING_NAMES))
-    disk_cache.write_json("transformers-names", key, names)
-    return frozenset(names[0]), frozenset(names[1]), names[2]
+    return [sorted(CONFIG_MAPPING_NAMES), sorted(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES), dict(PROCESSOR_MAPPING_NAMES)]
 
 
 def known_model_types() -> frozenset[str]:
