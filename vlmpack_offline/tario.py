@@ -27,7 +27,7 @@ import hashlib
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -69,11 +69,13 @@ class TarMember:
     size: int  # data size in bytes
     problem: Reason | None = None  # BAD_MEMBER_NAME, TRUNCATED_SHARD or DAMAGED_HEADER when it cannot be used
     detail: str = ""  # what is wrong, for the drop's error text
+    key: str = field(init=False, repr=False, compare=False)  # split_key(name): the sample key ("sub/dir/k1") ...
+    part: str = field(init=False, repr=False, compare=False)  # ... and part name ("img0.jpg"), split once
 
-    @property
-    def part(self) -> str:
-        """Part name: the last path component after its first dot (``img0.jpg``)."""
-        return split_key(self.name)[1]
+    def __post_init__(self) -> None:
+        key, part = split_key(self.name)
+        object.__setattr__(self, "key", key)  # frozen: set once here, read for every sample and lookup
+        object.__setattr__(self, "part", part)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,7 +337,7 @@ def group_samples(members: Iterable[TarMember]) -> Iterator[RawSample]:
         return RawSample(key=key or "", members=tuple(run), problem=bad.problem, error=error)
 
     for member in members:
-        member_key = split_key(member.name)[0]
+        member_key = member.key
         if run and member_key != key:
             yield emit()
             run = []

@@ -83,7 +83,19 @@ class Layout:
 def _common_refusal(messages: tuple[dict, ...]) -> str | None:
     """What no published layout can hold: both images and videos in one sub-sample (its trainer takes one
     media kind per pack), media outside user turns, or a literal ``<image>`` / ``<video>`` in the text
-    (the trainer counts placeholders against media)."""
+    (the trainer counts placeholders against media). Each layout asks it of the same sample in turn
+    (``layouts_unfit``): the last answer is kept for that very tuple (held here, so its identity is not reused)."""
+    if _LAST_COMMON[0] is messages:
+        return _LAST_COMMON[1]
+    why = _common_refusal_of(messages)
+    _LAST_COMMON[:] = [messages, why]
+    return why
+
+
+_LAST_COMMON: list = [None, None]  # (messages, its refusal)
+
+
+def _common_refusal_of(messages: tuple[dict, ...]) -> str | None:
     kinds = {kind for kind, _ in media_of(messages)}
     if len(kinds) > 1:
         return "images and videos in one sample"
