@@ -2,7 +2,7 @@
 
     python benchmarks/bench_turns.py                          # Qwen2.5-VL template, 10 .. 5,000 turns
     python benchmarks/bench_turns.py --family gemma3 --repeats 5
-    python benchmarks/bench_turns.py --gc-freeze              # the start-up heap frozen (gc.freeze) first
+    python benchmarks/bench_turns.py --no-gc-freeze           # the start-up heap left to the collector
 
 One conversation per size (user question, assistant answer, repeated), parsed from its JSON and counted
 by the scan's counter (``TokenCounter.count_many``: chat template render, assistant spans, tokenizer),
@@ -19,10 +19,11 @@ Reported per size: min / median / max CPU seconds of this process over ``--repea
 medians, then the growth of each arm from 500 to 5,000 turns in CPU and in wall-clock seconds (min / median /
 max of the per-run ratios; linear growth: 10).
 
-``--gc-freeze``: ``gc.collect(); gc.freeze()`` after start-up. The cyclic collector's full passes walk every
+The start-up heap is frozen (``gc.collect(); gc.freeze()``) after start-up, as the scan's workers do
+(``stages/_scan_shard.init_worker``); ``--no-gc-freeze`` leaves it to the collector. The cyclic collector's full passes walk every
 object the process holds (transformers' modules and the tokenizer: most of them), and a 5,000-turn sample
 allocates enough to set one off where a 500-turn one does not; with that heap frozen the growth is the
-conversation's own. The scan's workers do not freeze their heap today.
+conversation's own.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_5_vl")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.collect(); gc.freeze() after start-up")
+    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
+                        help="leave the start-up heap to the collector (the scan's workers freeze it)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_processor_dir(Path(tmp) / "proc", args.family)
