@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-ratio", type=float, default=None, help="exit 1 when the speed-up is below this (20, generic: 30)"
     )
+    parser.add_argument("--line", action="store_true", help=argparse.SUPPRESS)  # one table line (--family all)
     args = parser.parse_args(argv)
     if args.shards < 2:
         parser.error("--shards must be at least 2 (the first one warms the steady-state scanner up)")
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     args.min_ratio = 20.0 if args.min_ratio is None else args.min_ratio
     if args.family == "all":
         return every_family(args)
-    return module_family(args, args.family, walk=True)
+    return module_family(args, args.family, walk=not args.line)
 
 
 def module_family(args: argparse.Namespace, family: str, *, walk: bool) -> int:
@@ -433,19 +434,29 @@ def module_family(args: argparse.Namespace, family: str, *, walk: bool) -> int:
 
 
 def every_family(args: argparse.Namespace) -> int:
-    """``module_family`` for every family with a module, one line each; a family whose baseline processor
-    cannot be built here (it needs torchvision: kimi_k25, mistral3 in ``.venv``) says so and is left out."""
+    """``module_family`` for every family with a module, one line each, each in a fresh process (a family's run
+    is not slowed by what earlier ones left in memory); a family whose baseline processor cannot be built here
+    (it needs torchvision: kimi_k25, mistral3 in ``.venv``) says so and is left out."""
+    import subprocess
+
     print("command:", shlex.join(["python", "benchmarks/bench_scan.py", *args.argv]))
     print(f"{args.samples} image samples per family (1-2 JPEGs of 300-1500 px), 1 worker; samples/s, baseline on the "
-          f"first {args.baseline_samples}; 'first' is a folder's first scan (tokenizer snapshot saved)")
+          f"first {args.baseline_samples}; 'e2e first' is a folder's first scan (tokenizer snapshot saved)")
     print(f"{'family':16s} {'baseline':>7s} {'e2e first':>9s} {'e2e':>9s} {'steady':>9s} {'per CPU s':>9s} "
-          f"{'e2e x':>8s} {'steady x':>8s} {'diff':>4s}")
+          f"{'e2e x':>8s} {'steady x':>8s} {'diff':>4s}", flush=True)
     failed = 0
     for family in MODULE_FAMILIES:
-        try:
-            failed |= module_family(args, family, walk=False)
-        except ImportError as exc:
-            print(f"{family:16s} not run: its baseline processor needs what this environment lacks ({exc})")
+        child = [sys.executable, __file__, "--family", family, "--line", "--samples", str(args.samples),
+                 "--baseline-samples", str(args.baseline_samples), "--shards", str(args.shards),
+                 "--repeats", str(args.repeats), "--min-ratio", str(args.min_ratio)]  # fmt: skip
+        done = subprocess.run(child, capture_output=True, text=True, check=False)
+        lines = done.stdout.strip().splitlines()
+        if lines and lines[-1].startswith(family):
+            print(lines[-1], flush=True)
+            failed |= done.returncode
+        else:
+            why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"{family:16s} not run here: {why}", flush=True)
     return failed
 
 
