@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _chat import renders
 
 from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
@@ -114,7 +115,7 @@ def test_spans_many_equals_render_with_spans_including_failures(template):
             expected.append(chat.render_with_spans(messages)[1])
         except Exception as exc:  # noqa: BLE001
             expected.append((type(exc), str(exc)))
-    rendered = [m for m in conversations if _renders(chat, m)]
+    rendered = [m for m in conversations if renders(chat, m)]
     found = chat.spans_many(rendered, fulls)
     assert [(type(f), str(f)) if isinstance(f, Exception) else f for f in found] == expected
     assert any(isinstance(f, Exception) for f in found)  # the failure cases are exercised
@@ -122,9 +123,3 @@ def test_spans_many_equals_render_with_spans_including_failures(template):
         assert any(not isinstance(f, Exception) and f for f in found)
 
 
-def _renders(chat: ChatRenderer, messages) -> bool:
-    try:
-        chat.render(messages)
-        return True
-    except Exception:  # noqa: BLE001
-        return False

@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -95,18 +94,6 @@ def test_the_samples_are_held_out_from_the_proof():
     sizes = {(height, width) for kind, (width, height) in (m for m in media if m[0] == "image")}
     clips = {(n, float(fps), height, width) for kind, (n, fps, width, height) in (m for m in media if m[0] == "video")}
     assert sizes and clips and not sizes & {*PROOF_IMAGES, *PROOF_PAIR} and not clips & set(PROOF_VIDEOS)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _proof_cache(tmp_path_factory):
-    """Proof verdicts in this module's own folder, not the user's cache."""
-    before = os.environ.get("VLMPACK_CACHE_DIR")
-    os.environ["VLMPACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("proof-cache"))
-    yield
-    if before is None:
-        os.environ.pop("VLMPACK_CACHE_DIR", None)
-    else:
-        os.environ["VLMPACK_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,6 @@ from __future__ import annotations
 import importlib
 import io
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,16 +289,10 @@ _CASES: dict[tuple[str, bool], Case] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _proof_cache(tmp_path_factory):
-    """Proof verdicts of the generic path in this module's own folder, not the user's cache."""
-    before = os.environ.get("VLMPACK_CACHE_DIR")
-    os.environ["VLMPACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("proof-cache"))
+def _forget_cases():
+    """The built cases are this module's (proof verdicts go to the run's cache, tests/conftest.py)."""
     yield
     _CASES.clear()
-    if before is None:
-        os.environ.pop("VLMPACK_CACHE_DIR", None)
-    else:
-        os.environ["VLMPACK_CACHE_DIR"] = before
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from _chat import renders
 
 from vlmpack_offline.synthetic.processor_dir import FOLDER_MODULES, PRESETS, build_processor_dir
 from vlmpack_offline.tokens.counter import load_tokenizer
@@ -103,21 +104,14 @@ def _outcome(call):
         return (type(exc).__name__, str(exc))
 
 
-def _renders(chat: ChatRenderer, messages) -> bool:
-    try:
-        chat.render(messages)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
-
-def _assert_same_as_prefix_renders(template: str, special: dict) -> int:
+def _assert_same_as_prefixrenders(template: str, special: dict) -> int:
     """Both methods agree on every corpus conversation; returns how many the one render served."""
     new, old = ChatRenderer(template, special), ChatRenderer(template, special, one_render=False)
     corpus = _corpus()
     for messages in corpus:
         assert _outcome(lambda m=messages: new.render_with_spans(m)) == _outcome(lambda m=messages: old.render_with_spans(m)), messages
-    rendered = [m for m in corpus if _renders(old, m)]
+    rendered = [m for m in corpus if renders(old, m)]
     fulls = [old.render(m) for m in rendered]
     assert [_shown(s) for s in new.spans_many(rendered, fulls)] == [_shown(s) for s in old.spans_many(rendered, fulls)]
     served = 0
@@ -144,16 +138,16 @@ def folder_templates(tmp_path_factory) -> dict[str, tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("name", [f"{family}-{template}" for family, template in _FOLDERS])
-def test_folder_template_spans_from_one_render_equal_prefix_renders(folder_templates, name):
+def test_folder_template_spans_from_one_render_equal_prefixrenders(folder_templates, name):
     template, special = folder_templates[name]
-    served = _assert_same_as_prefix_renders(template, special)
+    served = _assert_same_as_prefixrenders(template, special)
     if name.split("-")[0] in _SERVED:  # the one render serves most conversations (the rest: tool turns, raising)
         assert streams_messages(template) and served >= len(_corpus()) // 2, (name, served)
 
 
 @pytest.mark.parametrize("name", sorted(_OWN))
-def test_own_template_spans_from_one_render_equal_prefix_renders(name):
-    served = _assert_same_as_prefix_renders(_OWN[name], {"bos_token": "<s>"})
+def test_own_template_spans_from_one_render_equal_prefixrenders(name):
+    served = _assert_same_as_prefixrenders(_OWN[name], {"bos_token": "<s>"})
     assert (served > 0) == (name == "inst"), (name, served)  # the others read ahead, or find no prompt
 
 

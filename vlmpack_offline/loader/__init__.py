@@ -16,7 +16,7 @@
     adapters/        one module per training framework (Megatron, transformers.Trainer, NeMo Automodel)
 """
 
-import importlib
+from .._lazy import lazy_names
 
 # name -> the module that defines it, imported on first use: the scan's check (servable.py) and a plain
 # ``import vlmpack_offline.loader.x`` need no torch until a piece that uses it is asked for
@@ -30,14 +30,7 @@ _WHERE = {
 }  # fmt: skip
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, globals(), _WHERE)
 
 __all__ = [
     "EncoderOptions",

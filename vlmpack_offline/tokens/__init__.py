@@ -14,7 +14,7 @@ Names are imported on first use: ``counter`` imports transformers (its Jinja cha
 module that reads rules or the snapshot alone does not need.
 """
 
-import importlib
+from .._lazy import lazy_names
 
 _WHERE = {
     "Count": "counter", "Materialized": "counter", "TokenCounter": "counter", "load_tokenizer": "counter",
@@ -25,14 +25,7 @@ _WHERE = {
 }  # fmt: skip
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, globals(), _WHERE)
 
 __all__ = [
     "Count",
