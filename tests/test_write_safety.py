@@ -104,6 +104,18 @@ def test_a_file_url_input_is_checked_like_its_local_folder(tmp_path):
         write.run(inputs.with_config(data=data))
 
 
+@pytest.mark.parametrize("key", ["packed_wds_dir", "work_dir"])
+@pytest.mark.parametrize("url", ["s3://vlmpack-bar/packed", "gs://bucket/out", "msc://profile/out"])
+def test_an_output_url_is_refused_not_written_to_a_local_folder_named_after_its_scheme(tmp_path, monkeypatch, key, url):
+    inputs = build_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = _hashes(tmp_path)
+    with pytest.raises(ConfigError, match=f"data.{key} = '{url}' is a URL"):
+        write.run(inputs.with_config(data={key: url}))
+    assert _hashes(tmp_path) == before
+    assert not any(p.name.endswith(":") for p in tmp_path.rglob("*"))  # no "s3:" folder
+
+
 def test_a_marker_from_before_the_shard_count_clears_only_files_named_as_our_shards(tmp_path):
     inputs = build_inputs(tmp_path)
     out = inputs.config.packed_wds_dir

@@ -502,6 +502,7 @@ def _check(config: Config) -> None:
     _check_alignment(config)
     _check_balance(config)
     _check_sources(config)
+    _check_outputs(config)
     low, high = config.video.min_frames, config.video.max_frames
     if (low is not None and low < 1) or (high is not None and high < max(low or 1, 1)):
         said = " and ".join(f"video.{name} {value}" for name, value in (("min_frames", low), ("max_frames", high))
@@ -547,6 +548,19 @@ def _check_balance(config: Config) -> None:
         value = getattr(cost, name)
         if value is not None and not (value >= 0 and math.isfinite(value)):
             raise ConfigError(f"{src}: packing.cost.{name} must be a finite number >= 0 or null, got {value}")
+
+
+def _check_outputs(config: Config) -> None:
+    """A URL where vlmpack writes (``s3://``, ``gs://``, ...) is refused: the stages write through the local
+    filesystem (sqlite, renames), and ``s3://b/x`` would become a local folder named ``s3:`` with exit 0."""
+    for name in ("work_dir", "packed_wds_dir"):
+        value = getattr(config.data, name)
+        if isinstance(value, str) and "://" in value:
+            raise ConfigError(
+                f"{config.source}: data.{name} = {value!r} is a URL; vlmpack writes its {name} to a local or shared "
+                "POSIX path only (input shards may be URLs). Point it at a path, then copy the packed folder where "
+                "training reads it (e.g. `aws s3 sync DIR s3://...`; megatron-energon reads it from there)"
+            )
 
 
 def _check_sources(config: Config) -> None:
