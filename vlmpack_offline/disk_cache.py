@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cache_dir", "folder_digest", "installed_fact", "key_of", "read_json", "sources_digest", "version_of",
+__all__ = ["cache_dir", "file_sha256", "folder_digest", "installed_fact", "key_of", "read_json", "sources_digest", "version_of",
            "write_json"]
 
 log = logging.getLogger(__name__)
@@ -40,12 +40,27 @@ def version_of(package: str) -> str:
         return "-"
 
 
+def file_sha256(path: Path) -> bytes:
+    """The sha256 of a file's bytes, read once per process while its size and time stay the same (the rule a shard's
+    identity follows too, ``ShardTask.stat``): a scan's start asks it of each processor file for its settings
+    (``scan_inputs.py``) and for every cache key here."""
+    stat = path.stat()
+    stamp = (str(path), stat.st_size, stat.st_mtime_ns)
+    found = _FILE_DIGESTS.get(stamp)
+    if found is None:
+        found = _FILE_DIGESTS[stamp] = hashlib.sha256(path.read_bytes()).digest()
+    return found
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], bytes] = {}
+
+
 def folder_digest(path: str | Path, digest) -> None:
     """Feed ``digest`` the names and contents of the folder's processor / tokenizer files (``FOLDER_FILES``)."""
     folder = Path(path)
     for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in FOLDER_FILES):
         digest.update(str(file.relative_to(folder)).encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
+        digest.update(file_sha256(file))
 
 
 def sources_digest(names: Iterable[str], digest) -> None:

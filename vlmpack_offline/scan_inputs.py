@@ -8,13 +8,13 @@ The manifest's meta holds both the fingerprint (``scan_inputs``) and the setting
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from .artifacts import fingerprint
 from .config import Config, section_fingerprint_payload
+from .disk_cache import file_sha256
 from .errors import StaleArtifactError
 from .manifest import Manifest, manifest_path
 from .provenance import changes, flat_settings, stale_message
@@ -28,7 +28,7 @@ def _processor_hashes(directory: str) -> dict[str, str]:
     out = {}
     for path in sorted(Path(directory).rglob("*")):
         if path.is_file():
-            out[path.relative_to(directory).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            out[path.relative_to(directory).as_posix()] = file_sha256(path).hex()[:16]
     return out
 
 
