@@ -17,11 +17,13 @@ row (or whose size/mtime changed); other inputs are refused (StaleArtifactError)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import glob
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..artifacts import atomic_open, fingerprint
@@ -352,7 +354,8 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
         raise ConfigError(f"--limit-shards must be >= 1, got {limit_shards}")
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)  # the scan must never read the pipeline's own output as input
-    finished = None if rescan else _up_to_date(config, limit_shards)
+    listing = functools.cache(lambda: discover_sources(config))  # listed once: a store's listing is not free
+    finished = None if rescan else _up_to_date(config, limit_shards, listing)
     if finished is not None:
         return finished
     from ..loader.servable import check_servable
@@ -364,7 +367,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
     check_servable(rules, config.model.processor_kwargs)  # what the loader cannot serve is refused here, not at step one
     check_group_by(rules.model_type, config.packing.group_by)  # packs its forward refuses: said before reading
     counting = [counting_path(rules), *filter(None, [video_sampling(rules)])]
-    tasks, empty_sources = discover_sources(config)
+    tasks, empty_sources = listing()
     selected = tasks[:limit_shards] if limit_shards else tasks
     settings = scan_settings(config)
     jsonl = manifest_jsonl_path(config)
@@ -422,18 +425,21 @@ def _skipped(config: Config, manifest: Manifest, shards: int, counting: list[str
     return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty], counts=counts))
 
 
-def _up_to_date(config: Config, limit_shards: int | None) -> StageResult | None:
+def _up_to_date(
+    config: Config, limit_shards: int | None, listing: Callable[[], tuple[list[ShardTask], list[str]]]
+) -> StageResult | None:
     """The no-op rerun's answer, decided from the config, the manifest's meta and the shards' sizes and times
     before the processor rules, the tokenizer or the loader's check load; None where anything needs the full
     path (no manifest, other settings, a shard new, changed or gone, a too_slow retry, a manifest of an older
     vlmpack without the counting lines), which then decides or refuses as before.
 
     The processor folder is in the settings by its files' hashes (``scan_inputs.scan_settings``): a changed
-    folder is not up to date. ``packing.group_by`` is no scan setting, so it is checked here too."""
+    folder is not up to date. ``packing.group_by`` is no scan setting, so it is checked here too. ``listing``:
+    ``discover_sources(config)``, made once for this run and the full path after it."""
     path = manifest_path(config.work_dir)
     if not path.is_file() or not manifest_jsonl_path(config).exists():
         return None
-    tasks, empty_sources = discover_sources(config)
+    tasks, empty_sources = listing()
     selected = tasks[:limit_shards] if limit_shards else tasks
     with Manifest(path) as manifest:
         meta = {key: manifest.get_meta(key) for key in ("schema_version", "scan_inputs", "fingerprint", _COUNTING_KEY)}
