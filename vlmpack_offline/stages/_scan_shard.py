@@ -310,9 +310,9 @@ def init_worker(config: Config) -> None:
 
     Why freeze: every full collection walks all objects the process holds, most of them the tokenizer's and
     transformers' from start-up; a long sample allocates enough to set one off, so its cost grew faster than its
-    length (500 to 5,000 turns: 13x CPU, 10.5x frozen; ``benchmarks/bench_turns.py --gc-freeze``). Frozen objects
-    are never walked again, and forked workers share their pages instead of copying them. ``scan.run`` unfreezes
-    when its workers are done."""
+    length (500 to 5,000 turns: 13x CPU, 10.5x frozen; ``benchmarks/bench_turns.py``, ``--no-gc-freeze`` for the
+    unfrozen growth). Frozen objects are never walked again, and forked workers share their pages instead of
+    copying them. ``scan.run`` unfreezes when its workers are done."""
     global _SCANNER
     _SCANNER = ShardScanner(config)
     gc.collect()

@@ -244,7 +244,7 @@ def _read(directory: Path) -> TokenizerSnapshot | None:
             unk_token_id=facts["unk_token_id"], split_special_tokens=bool(facts["split_special_tokens"]),
             class_name=str(facts["class_name"]), token_attributes=dict(facts["token_attributes"]),
         )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError, Exception) as exc:  # noqa: BLE001 - any damage: load it afresh
+    except Exception as exc:  # noqa: BLE001 - any damage (unreadable, not JSON, fields missing): load it afresh
         if (directory / "facts.json").exists():
             log.debug("tokenizer snapshot in %s not read: %s", directory, exc)
         return None
