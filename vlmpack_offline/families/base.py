@@ -40,6 +40,7 @@ class SpecialTokens:
     vision_start: str = "<|vision_start|>"  # opens a Qwen3-VL per-frame block
     vision_end: str = "<|vision_end|>"  # closes it (Gemma3: the end-of-image token)
     image_soft: str = ""  # Gemma3: the soft token an image pad expands to (image_seq_length times)
+    audio_pad: str = "<|audio_pad|>"  # one per audio item, expanded by the processor (its ``audio_token``)
 
     @classmethod
     def of(cls, tokenizer) -> SpecialTokens:
@@ -47,6 +48,7 @@ class SpecialTokens:
         names = {
             "image_pad": "image_token",
             "video_pad": "video_token",
+            "audio_pad": "audio_token",
             "vision_start": "vision_start_token",
             "vision_end": "vision_end_token",
         }
@@ -118,6 +120,8 @@ class Family(Protocol):
     name: str  # shown by ``vlmpack scan``, e.g. "qwen-vl"
     model_types: frozenset[str]  # the HF model_type values this module counts
     takes_video: bool  # False: a video item is dropped as unsupported_media
+    # ``takes_audio: bool`` (optional, False when absent): an audio item for a family without it is dropped as
+    # unsupported_media, naming the family
     positions: str  # "mrope" (3-D rope index from the media grids) or "1d" (0..n-1)
 
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:

@@ -20,7 +20,7 @@ from ..media import PacketSpan, VideoInfo, VideoSampling, image_size, probe_vide
 from ..reasons import DropError, Reason
 from .rules import ModelRules, resolve_video
 
-__all__ = ["ImageMedia", "VideoMedia", "MediaInfo", "probe_media", "sample_for", "grid_thw", "media_token_count"]
+__all__ = ["ImageMedia", "VideoMedia", "AudioMedia", "MediaInfo", "probe_media", "sample_for", "grid_thw", "media_token_count"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,7 +37,19 @@ class VideoMedia:
     span: PacketSpan | None = None  # where the probe's packets end against the header (the scan's integrity check)
 
 
-MediaInfo = ImageMedia | VideoMedia
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioMedia:
+    kind: ClassVar[str] = "audio"
+    samples: int  # decoded samples per channel at sample_rate, as the loader's decoder hands them (media/audio.py)
+    sample_rate: int  # the stream's own rate in Hz (the loader resamples to the feature extractor's)
+    channels: int  # the stream's channels (the loader mixes them to mono)
+    # (samples, sample_rate) of every audio item the processor's call pads together with this one, this one
+    # included, in order; () for an item counted alone. Set by ``Family.in_sample`` where the feature extractor
+    # pads a sample's audios to a common length and an item's count depends on the others (Whisper's).
+    in_call: tuple[tuple[int, int], ...] = ()
+
+
+MediaInfo = ImageMedia | VideoMedia | AudioMedia
 
 
 def sample_for(rules: ModelRules, info: VideoInfo, settings: VideoConfig, *, part: str = "video") -> VideoSampling:
