@@ -13,10 +13,10 @@ stage stores in the pack, and the loader renders; so all three see one text::
 Accepted layouts (DESIGN.md, Input):
 
 * HF messages: ``{"messages": [{"role", "content": str | [items]}]}``, items
-  ``{"type": "text"|"image"|"video", ...}``; an image/video item names its part
-  (``"image": "img0.jpg"``) or leaves it empty to take the next part by extension.
+  ``{"type": "text"|"image"|"video"|"audio", ...}``; a media item names its part
+  (``"image": "img0.jpg"``, ``"audio": "a.wav"``) or leaves it empty to take the next part by extension.
 * LLaMA-Factory / ms-swift: HF messages whose string content holds ``<image>`` /
-  ``<video>`` tags, plus ``"images": [...]`` / ``"videos": [...]``.
+  ``<video>`` / ``<audio>`` tags, plus ``"images": [...]`` / ``"videos": [...]`` / ``"audios": [...]``.
 * ShareGPT / LLaVA / ShareGPT-4o: ``{"conversations": [{"from": "human"|"gpt"|"system",
   "value"}], "images": [...], "videos": [...]}`` (LLaVA: ``"image": str | [...]``).
 * ``texts`` layout (``data.template_text_key``, else the key ``texts``): a list of turns
@@ -33,9 +33,11 @@ Accepted layouts (DESIGN.md, Input):
   layouts put the images at the start of the (first) user turn, as energon's
   ``VQASample`` / ``CaptioningSample`` pair an image with its text.
 
-Tags: each ``<image>``/``<video>`` tag is a media item at its position, the text
+Tags: each ``<image>``/``<video>``/``<audio>`` tag is a media item at its position, the text
 between tags is kept verbatim. String content of ``messages`` is read for tags when
-the JSON has a media list or the sample has media parts; otherwise it is plain text.
+the JSON has a media list or the sample has media parts; otherwise it is plain text, except
+that an ``<audio>`` tag there drops the sample as ``missing_media``: no audio is ever passed
+through as text (an ``<image>`` stays literal text, as it always has).
 The tags of a kind and its media must agree in number: more tags than media drops
 the sample as ``missing_media``, fewer as ``media_mismatch``, each naming both counts
 (with no list in the JSON, the media are the sample's parts of that kind).
@@ -64,6 +66,9 @@ from .reasons import DropError, Reason
 __all__ = [
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
+    "AUDIO_EXTENSIONS",
+    "MEDIA_KINDS",
+    "media_type_of",
     "MediaRef",
     "Conversation",
     "parse_conversation",
@@ -72,6 +77,12 @@ __all__ = [
 
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "gif"})
 VIDEO_EXTENSIONS = frozenset({"mp4", "avi", "mov", "mkv", "webm"})
+AUDIO_EXTENSIONS = frozenset({"wav", "flac", "mp3", "ogg", "opus", "m4a"})
+MEDIA_KINDS = ("image", "video", "audio")
+_KIND_OF_EXTENSION = {
+    **dict.fromkeys(IMAGE_EXTENSIONS, "image"), **dict.fromkeys(VIDEO_EXTENSIONS, "video"),
+    **dict.fromkeys(AUDIO_EXTENSIONS, "audio"),
+}  # fmt: skip
 
 _ROLE_ALIASES = {
     "human": "user",
@@ -80,12 +91,12 @@ _ROLE_ALIASES = {
     "assistant": "assistant",
     "system": "system",
 }
-_TAG = re.compile(r"(<image>|<video>)")
+_TAG = re.compile(r"(<image>|<video>|<audio>)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MediaRef:
-    kind: str  # "image" or "video"
+    kind: str  # "image", "video" or "audio"
     part: str  # part name inside the sample, e.g. "img0.jpg"
 
 
@@ -96,18 +107,23 @@ class Conversation:
 
     @property
     def media_type(self) -> str:
-        """``video`` if any video, else ``image`` if any image, else ``text``."""
-        kinds = {m.kind for m in self.media}
-        return "video" if "video" in kinds else "image" if "image" in kinds else "text"
+        """``video`` if any video, else ``image`` if any image, else ``audio`` if any audio, else ``text``."""
+        return media_type_of(m.kind for m in self.media)
 
     def to_json(self) -> dict:
         return {"messages": list(self.messages)}
 
 
+def media_type_of(kinds) -> str:
+    """A sample's ``media_type`` from its items' kinds: the first of video, image, audio it holds, else ``text``
+    (the vision kinds first: they cost the most per item and decide the published layouts)."""
+    kinds = set(kinds)
+    return next((kind for kind in ("video", "image", "audio") if kind in kinds), "text")
+
+
 def media_kind_of_part(part: str) -> str | None:
-    """``image``/``video`` by the part's last extension, else None."""
-    ext = part.rsplit(".", 1)[-1].lower()
-    return "image" if ext in IMAGE_EXTENSIONS else "video" if ext in VIDEO_EXTENSIONS else None
+    """``image``/``video``/``audio`` by the part's last extension, else None."""
+    return _KIND_OF_EXTENSION.get(part.rsplit(".", 1)[-1].lower())
 
 
 class _PartPool:
@@ -116,13 +132,13 @@ class _PartPool:
     def __init__(self, key: str, parts: Sequence[str]) -> None:
         self._prefix = key.rsplit("/", 1)[-1] + "."
         self._parts = list(parts)
-        self._next = {"image": 0, "video": 0}
+        self._next = dict.fromkeys(MEDIA_KINDS, 0)
         self._by_kind: dict[str, list[str]] | None = None  # built on the first unnamed item (most samples name theirs)
 
     def of_kind(self, kind: str) -> list[str]:
         """The sample's parts of ``kind``, in member order."""
         if self._by_kind is None:
-            self._by_kind = {k: [p for p in self._parts if media_kind_of_part(p) == k] for k in ("image", "video")}
+            self._by_kind = {k: [p for p in self._parts if media_kind_of_part(p) == k] for k in MEDIA_KINDS}
         return self._by_kind[kind]
 
     def resolve_listed(self, kind: str, name: Any, index: int, total: int) -> MediaRef:
@@ -221,7 +237,7 @@ def _conversation(messages: list[dict]) -> Conversation:
         MediaRef(kind=item["type"], part=item[item["type"]])
         for message in messages
         for item in message["content"]
-        if item["type"] in ("image", "video")
+        if item["type"] in MEDIA_KINDS
     )
     return Conversation(messages=tuple(messages), media=media)
 
@@ -250,7 +266,7 @@ def _value(turn: Any) -> str:
 def _from_hf_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia) -> list[dict]:
     """HF messages; string content is read for tags when the sample has media (LLaMA-Factory / ms-swift)."""
     messages = _from_messages(raw, pool, tags if tags.active else None)
-    n_media = sum(item["type"] in ("image", "video") for m in messages for item in m["content"])
+    n_media = sum(item["type"] in MEDIA_KINDS for m in messages for item in m["content"])
     if n_media == sum(tags.used.values()):  # all media came from tags (no typed items beside them)
         tags.check_counts()
     return messages
@@ -264,6 +280,9 @@ def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list
         role = _role(message.get("role"))
         content = message.get("content")
         if isinstance(content, str):
+            if tags is None and "<audio>" in content:
+                raise DropError(Reason.MISSING_MEDIA, "the text has an <audio> tag, but the JSON lists no `audios` and "
+                                "the sample has no audio part (wav, flac, mp3, ogg, opus, m4a)")  # fmt: skip
             items = tags.items(content) if tags is not None else [{"type": "text", "text": content}]
         elif isinstance(content, list):
             items = [_item(entry, pool) for entry in content]
@@ -281,7 +300,7 @@ def _item(entry: Any, pool: _PartPool) -> dict:
         if not isinstance(entry.get("text"), str):
             raise DropError(Reason.UNKNOWN_FORMAT, "text item needs a string `text`")
         return {"type": "text", "text": entry["text"]}
-    if kind in ("image", "video"):
+    if kind in MEDIA_KINDS:
         ref = pool.resolve(kind, entry.get(kind))
         return {"type": kind, kind: ref.part}
     raise DropError(Reason.UNKNOWN_FORMAT, f"unknown content item type {kind!r}")
@@ -311,13 +330,13 @@ def _texts_turns(raw: Any) -> list[tuple[str, str]]:
 
 
 class _TaggedMedia:
-    """Media items for ``<image>``/``<video>`` tags: the JSON's media lists, else the parts by extension."""
+    """Media items for ``<image>``/``<video>``/``<audio>`` tags: the JSON's media lists, else the parts by extension."""
 
     def __init__(self, data: dict, pool: _PartPool) -> None:
         self.pool = pool
-        self.listed = {kind: _media_list(data, kind) for kind in ("image", "video")}  # None: the JSON lists none
-        self.field = {kind: _media_field(data, kind) for kind in ("image", "video")}  # for messages: `images`, `name`
-        self.used = {"image": 0, "video": 0}
+        self.listed = {kind: _media_list(data, kind) for kind in MEDIA_KINDS}  # None: the JSON lists none
+        self.field = {kind: _media_field(data, kind) for kind in MEDIA_KINDS}  # for messages: `images`, `name`
+        self.used = dict.fromkeys(MEDIA_KINDS, 0)
 
     @property
     def active(self) -> bool:
@@ -327,7 +346,7 @@ class _TaggedMedia:
     def items(self, text: str) -> list[dict]:
         items: list[dict] = []
         for piece in _TAG.split(text):
-            if piece in ("<image>", "<video>"):
+            if piece in ("<image>", "<video>", "<audio>"):
                 kind = piece[1:-1]
                 items.append({"type": kind, kind: self._next(kind).part})
             elif piece:
@@ -355,7 +374,7 @@ class _TaggedMedia:
 
 
 def _media_list(data: dict, kind: str) -> list | None:
-    """``images`` / ``videos`` (or LLaVA's ``image`` / ``video``: a string or a list) as a list, or None."""
+    """``images`` / ``videos`` / ``audios`` (or LLaVA's ``image`` / ``video``: a string or a list) as a list, or None."""
     for name in (f"{kind}s", kind):
         if name in data and data[name] is not None:
             value = data[name]
@@ -392,7 +411,7 @@ def _published_media_list(data: dict, kind: str) -> list | None:
     if names is None or not all(isinstance(n, str) for n in names):
         raise DropError(Reason.UNKNOWN_FORMAT, f"`{field}` must be a part name or a (nested) list of part names")
     declared = data.get("media", data.get("media_type"))
-    if declared in ("image", "video"):
+    if declared in MEDIA_KINDS:
         return names if declared == kind else None
     return [n for n in names if media_kind_of_part(n) == kind] or None
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from .conversation import MEDIA_KINDS
 from .errors import MediaDecodeError, ShardError, VlmpackError
 from .output.energon_meta import META_DIR, read_dataset_yaml, written_layout
 from .schedule import Schedule
@@ -88,8 +89,8 @@ def _find(packed_dir: Path, pack_id: int):
 
 
 def _media_line(cooked, sub) -> str:
-    names = [item[item["type"]] for m in sub.messages for item in m["content"] if item["type"] in ("image", "video")]
-    return ", ".join(f"{n} ({n.rsplit('.', 1)[-1]}, {len(cooked.media[n]) / 1024:.1f} KB)" for n in names) or "no media"
+    items = [(item["type"], item[item["type"]]) for m in sub.messages for item in m["content"] if item["type"] in MEDIA_KINDS]
+    return ", ".join(f"{n} ({kind}, {len(cooked.media[n]) / 1024:.1f} KB)" for kind, n in items) or "no media"
 
 
 def _learned_text(tokenizer, labels) -> str:
@@ -143,13 +144,13 @@ def _rendered(encoder, sub) -> str:
     special = encoder.counter.expander.special
     pads = iter(conversation.media)
     out, rest = [], text
+    kinds = (special.image_pad, special.video_pad, special.audio_pad)
     while True:
-        positions = [p for p in (rest.find(special.image_pad), rest.find(special.video_pad)) if p >= 0]
-        if not positions:
+        found = [(p, pad) for pad in kinds if (p := rest.find(pad)) >= 0]
+        if not found:
             out.append(rest)
             return "".join(out)
-        at = min(positions)
+        at, pad = min(found, key=lambda hit: (hit[0], -len(hit[1])))
         ref = next(pads)
-        pad = special.image_pad if rest.startswith(special.image_pad, at) else special.video_pad
         out.append(rest[:at] + f"<{ref.kind} {ref.part}>")
         rest = rest[at + len(pad) :]

@@ -16,13 +16,14 @@
              error, unused_media, sha256,     error text; members = JSON [[part, offset, size]];
              encoder_patches,                 unused_media = media parts nothing references (a
              encoder_attention,               warning: the sample is still packed); sha256 of the
-             layout_unfit)
+             layout_unfit, n_audios)
                                               members' bytes when write.check_sources is sha256;
                                               encoder_* = the vision encoder's patches and sum of
                                               squared attention blocks (the plan's cost model);
                                               layout_unfit = JSON {sample_type: why} of the published
                                               layouts that cannot hold the sample ('' when all can):
-                                              bucket drops it under that sample.sample_type
+                                              bucket drops it under that sample.sample_type;
+                                              n_audios = audio items (beside n_images, n_videos)
 
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
 at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
@@ -54,7 +55,7 @@ __all__ = [
     "manifest_path",
 ]
 
-MANIFEST_SCHEMA_VERSION = 5
+MANIFEST_SCHEMA_VERSION = 6  # 6: n_audios
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,7 +87,8 @@ CREATE TABLE IF NOT EXISTS samples (
     sha256 TEXT NOT NULL DEFAULT '',
     encoder_patches INTEGER NOT NULL DEFAULT 0,
     encoder_attention INTEGER NOT NULL DEFAULT 0,
-    layout_unfit TEXT NOT NULL DEFAULT ''
+    layout_unfit TEXT NOT NULL DEFAULT '',
+    n_audios INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
 """
@@ -115,9 +117,9 @@ class SampleRecord:
     shard: str  # shard relpath
     seq: int  # position of the sample in its shard
     key: str  # webdataset key
-    media_type: str  # "text" | "image" | "video"
+    media_type: str  # "text" | "image" | "video" | "audio" (conversation.media_type_of)
     token_len: int  # len(input_ids) of the whole sample; 0 when it could not be counted
-    media_tokens: int  # visual tokens (image + video pads) inside token_len
+    media_tokens: int  # media tokens (image, video and audio pads) inside token_len
     n_images: int  # image items in the conversation
     n_videos: int  # video items in the conversation
     members: tuple[tuple[str, int, int], ...]  # (part, data offset in the tar, size) per member
@@ -128,6 +130,7 @@ class SampleRecord:
     encoder_patches: int = 0  # patches the vision encoder runs for the sample's media (the plan's cost model)
     encoder_attention: int = 0  # sum over its full-attention blocks (frame, tile, image) of patches**2
     layout_unfit: str = ""  # JSON {sample_type: why} of the published layouts that cannot hold it; "" if all can
+    n_audios: int = 0  # audio items in the conversation
 
     def member(self, part: str) -> tuple[int, int]:
         """(offset, size) of one part; KeyError if absent."""
@@ -139,7 +142,7 @@ class SampleRecord:
 
 _SAMPLE_COLUMNS = (
     "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error, "
-    "unused_media, sha256, encoder_patches, encoder_attention, layout_unfit"
+    "unused_media, sha256, encoder_patches, encoder_attention, layout_unfit, n_audios"
 )
 
 
@@ -179,13 +182,13 @@ class Manifest:
             (
                 s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
                 s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
-                s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit,
+                s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit, s.n_audios,
             )
             for s in samples
         ]
         with self.conn:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
-            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 17)})", rows)
+            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 18)})", rows)
             self.conn.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
@@ -245,5 +248,5 @@ def _sample_from_row(row: tuple) -> SampleRecord:
         media_tokens=row[6], n_images=row[7], n_videos=row[8],
         members=tuple((m[0], m[1], m[2]) for m in json.loads(row[9])), status=row[10], error=row[11],
         unused_media=row[12], sha256=row[13], encoder_patches=row[14], encoder_attention=row[15],
-        layout_unfit=row[16],
+        layout_unfit=row[16], n_audios=row[17],
     )

@@ -16,22 +16,23 @@ those reasons over the whole plan and refuses before any tar is written.
 
 from __future__ import annotations
 
-from ..conversation import media_kind_of_part
+from ..conversation import MEDIA_KINDS, media_kind_of_part, media_type_of
 from ..packed_format import PackedSample
 
 __all__ = ["Layout", "MEDIA_KINDS", "flat_text", "media_of", "pack_media_type", "sample_kind", "turns_of"]
 
-MEDIA_KINDS = ("image", "video")
-_PLACEHOLDER = {"image": "<image>", "video": "<video>"}
+_PLACEHOLDER = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
+_FALLBACK_EXTENSION = {"image": "jpg", "video": "mp4", "audio": "wav"}
 
 
 def decodable_extension(source_part: str, kind: str) -> str:
-    """The source part's extension when it names the item's kind (``image`` / ``video``), else ``jpg`` or
-    ``mp4``: energon picks a part's decoder by its name alone, the decoders then read the bytes."""
+    """The source part's extension when it names the item's kind (``image`` / ``video`` / ``audio``), else
+    ``jpg``, ``mp4`` or ``wav``: energon picks a part's decoder by its name alone, the decoders then read the
+    bytes (PyAV probes an audio's container from its bytes, whatever the name)."""
     ext = source_part.rsplit(".", 1)[-1].lower()
     if media_kind_of_part(source_part) == kind:
         return ext
-    return "mp4" if kind == "video" else "jpg"
+    return _FALLBACK_EXTENSION[kind]
 
 
 def media_of(messages: tuple[dict, ...] | list[dict]) -> list[tuple[str, str]]:
@@ -40,7 +41,7 @@ def media_of(messages: tuple[dict, ...] | list[dict]) -> list[tuple[str, str]]:
 
 
 def flat_text(message: dict) -> str:
-    """A message's content as one string, each media item replaced by its ``<image>`` / ``<video>``
+    """A message's content as one string, each media item replaced by its ``<image>`` / ``<video>`` / ``<audio>``
     placeholder at its position and the text items joined as they are (how vlmpack reads ShareGPT)."""
     return "".join(_PLACEHOLDER[k] if (k := item["type"]) in _PLACEHOLDER else item["text"] for item in message["content"])
 
@@ -81,8 +82,9 @@ class Layout:
 
 
 def _common_refusal(messages: tuple[dict, ...]) -> str | None:
-    """What no published layout can hold: both images and videos in one sub-sample (its trainer takes one
-    media kind per pack), media outside user turns, or a literal ``<image>`` / ``<video>`` in the text
+    """What no published layout can hold: audio (its trainer reads images and videos only), both images and
+    videos in one sub-sample (its trainer takes one media kind per pack), media outside user turns, or a
+    literal ``<image>`` / ``<video>`` in the text
     (the trainer counts placeholders against media). Each layout asks it of the same sample in turn
     (``layouts_unfit``): the last answer is kept for that very tuple (held here, so its identity is not reused)."""
     if _LAST_COMMON[0] is messages:
@@ -97,6 +99,8 @@ _LAST_COMMON: list = [None, None]  # (messages, its refusal)
 
 def _common_refusal_of(messages: tuple[dict, ...]) -> str | None:
     kinds = {kind for kind, _ in media_of(messages)}
+    if "audio" in kinds:
+        return "audio (the published layouts hold images and videos only; keep sample.sample_type: vlmpack)"
     if len(kinds) > 1:
         return "images and videos in one sample"
     for message in messages:
@@ -104,19 +108,18 @@ def _common_refusal_of(messages: tuple[dict, ...]) -> str | None:
             if item["type"] in MEDIA_KINDS and message["role"] != "user":
                 return f"media in {'an' if message['role'][0] in 'aeiou' else 'a'} {message['role']} turn"
             if item["type"] == "text" and any(tag in item["text"] for tag in _PLACEHOLDER.values()):
-                return "a literal <image> or <video> in the text"
+                return "a literal <image>, <video> or <audio> in the text"
     return None
 
 
 def sample_kind(messages: tuple[dict, ...]) -> str:
-    """``video`` if any video, else ``image`` if any image, else ``text`` (the scan's media_type)."""
-    kinds = {kind for kind, _ in media_of(messages)}
-    return "video" if "video" in kinds else "image" if "image" in kinds else "text"
+    """The scan's media_type of a sub-sample (``conversation.media_type_of``)."""
+    return media_type_of(kind for kind, _ in media_of(messages))
 
 
 def pack_media_type(pack: PackedSample) -> str:
     """``image``, ``video`` or ``text``: the one media kind of a pack's sub-samples (``media_type``)."""
     kinds = {kind for sub in pack.samples for kind, _ in media_of(sub.messages)}
     if len(kinds) > 1:
-        raise ValueError(f"pack {pack.pack_id} mixes images and videos: set packing.group_by: media_type")
+        raise ValueError(f"pack {pack.pack_id} mixes {' and '.join(sorted(kinds))}: set packing.group_by: media_type")
     return kinds.pop() if kinds else "text"

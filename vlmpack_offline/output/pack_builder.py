@@ -24,7 +24,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..artifacts import canonical_json
-from ..conversation import Conversation, parse_conversation
+from ..conversation import MEDIA_KINDS, Conversation, parse_conversation
 from ..errors import LengthMismatchError, ShardError
 from ..layouts import Layout, layout_for
 from ..layouts.base import sample_kind
@@ -41,7 +41,7 @@ __all__ = [
 
 # (source conversation, media bytes in conversation.media order) -> (input_ids, assistant_mask)
 Materializer = Callable[[Conversation, list[bytes]], tuple[list[int], list[int]]]
-_MEDIA_KINDS = frozenset({"image", "video"})
+_MEDIA_KINDS = frozenset(MEDIA_KINDS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from ..manifest import Manifest, manifest_path
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
            "MEDIA_TYPES"]
 
-MEDIA_TYPES = ("text", "image", "video")  # code = position; other names get codes after these
+MEDIA_TYPES = ("text", "image", "video", "audio")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
 _OTHER = 7  # media code of a type outside MEDIA_TYPES in the packed column (named in a second pass)
 
@@ -103,7 +103,7 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         del both
         codes[codes == _OTHER] = -1
         names = MEDIA_TYPES
-        if (codes < 0).any():  # a media type other than text/image/video: name it in a second pass (rare)
+        if (codes < 0).any():  # a media type other than text/image/video/audio: name it in a second pass (rare)
             names, codes = _name_other_media(conn, codes)
         source_names, source_code = _sources(conn, len(token_len))
     offsets = None

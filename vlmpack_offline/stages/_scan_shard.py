@@ -8,8 +8,9 @@ Runs inside a worker process (one counter, so one tokenizer, per process)::
 
 Every media part is checked whole by its own structure before its probe (``media/integrity.py``: a JPEG to
 its end-of-image marker, PNG chunks and their CRCs to IEND, ...; ``media/video_integrity.py``: a video
-container's sizes), and a video's packets after it against the duration and frame count its header claims:
-a file cut after its header is a ``truncated_media`` drop here, not a failure in a training worker.
+container's sizes), and a video's packets after it against the duration and frame count its header claims;
+an audio's probe walks its own packets against its header (``media/audio.py``): a file cut after its header is
+a ``truncated_media`` drop here, not a failure in a training worker.
 ``scan.decode_check`` adds a full decode.
 
 A sample that fails at any step keeps its member locators and gets its drop
@@ -54,7 +55,7 @@ from ..tario import (
     sample_digest,
     shard_problem,
 )  # fmt: skip
-from ..tokens import VideoMedia, make_counter
+from ..tokens import AudioMedia, VideoMedia, make_counter
 from ._shard_task import ShardTask
 
 __all__ = ["ShardTask", "ShardOutcome", "ShardScanner"]
@@ -237,7 +238,10 @@ class ShardScanner:
                 member = raw.part(ref.part)
                 data = read_range(handle, member.offset, member.size)
                 # the file walked to its end first (media/integrity.py, video_integrity.py): a cut header is cut too
-                (check_image if ref.kind == "image" else check_container)(data, part=ref.part)
+                if ref.kind == "image":
+                    check_image(data, part=ref.part)
+                elif ref.kind == "video":
+                    check_container(data, part=ref.part)  # (an audio's probe walks its own packets: media/audio.py)
                 info = self.counter.probe(ref.kind, data, part=ref.part)
                 if ref.kind == "video":  # the probe's packets against what its header claims
                     check_packets(_video_media(info).span, part=ref.part)
@@ -266,6 +270,7 @@ class ShardScanner:
             encoder_attention=item.encoder_attention,
             n_images=kinds.count("image"),
             n_videos=kinds.count("video"),
+            n_audios=kinds.count("audio"),
             members=tuple((m.part, m.offset, m.size) for m in item.raw.members),
             status=item.status,
             error=item.error,
@@ -286,6 +291,11 @@ def _decode(kind: str, data: bytes, info, *, part: str) -> None:
         if kind == "image":
             with open_image(data, part=part) as image:
                 image.load()
+        elif kind == "audio":  # every sample, at the stream's own rate (media/audio.py)
+            from ..media.audio import decode_audio
+
+            audio = info if isinstance(info, AudioMedia) else info.audio
+            decode_audio(data, sampling_rate=audio.sample_rate, part=part)
         else:
             sampling = _video_media(info).sampling
             frames = decode_frames(data, sampling, resize=False)

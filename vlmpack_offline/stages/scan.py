@@ -304,6 +304,8 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
     unread = sum(s.n_unread for s in bad_shards)
     dropped = sum(status.values())
     (unused,) = manifest.conn.execute("SELECT COALESCE(SUM(unused_media), 0) FROM samples").fetchone()
+    items = manifest.conn.execute("SELECT COALESCE(SUM(n_images), 0), COALESCE(SUM(n_videos), 0), "
+                                  "COALESCE(SUM(n_audios), 0) FROM samples WHERE status = 'ok'").fetchone()
     counts = {
         **counts,
         "ok": ok,
@@ -314,12 +316,13 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
         "unused_media": unused,
         "tokens": tokens,
         "media_tokens": media,
+        **dict(zip(("images", "videos", "audios"), items, strict=True)),
     }
     counts.update({f"dropped_{reason}": n for reason, n in status.items()})
     lines = [
         f"samples: {ok + dropped} ({ok} ok, {dropped} dropped, of which {unread} could not be read at all)",
         "dropped by reason: " + (", ".join(f"{r} {n}" for r, n in sorted(status.items())) or "none"),
-        f"tokens in ok samples: {tokens} ({media} visual)",
+        f"tokens in ok samples: {tokens} ({media} media: {items[0]} images, {items[1]} videos, {items[2]} audios)",
         f"shards: {counts['shards']} ({counts['shards_scanned']} scanned now, "
         f"{counts['shards'] - counts['shards_scanned'] - counts['shards_left']} already done"
         + (f", {counts['shards_left']} not scanned yet)" if counts["shards_left"] else ")"),

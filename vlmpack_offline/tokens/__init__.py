@@ -3,7 +3,7 @@
 ::
 
     rules.py       ModelRules from the processor directory + model.processor_kwargs
-    media_info.py  probe_media(bytes) -> ImageMedia | VideoMedia (the family refuses what it cannot take)
+    media_info.py  probe_media(bytes) -> ImageMedia | VideoMedia | AudioMedia (the family refuses what it cannot take)
     expansion.py   how the processor expands one pad: asks the family (``vlmpack_offline/families/``)
     counter.py     TokenCounter.count_many / count / materialize (fast path: a family module, or text-only)
     slow.py        SlowCounter: runs the HF processor for any other family
@@ -19,7 +19,7 @@ from .._lazy import lazy_names
 _WHERE = {
     "Count": "counter", "Materialized": "counter", "TokenCounter": "counter", "load_tokenizer": "counter",
     "Expander": "expansion", "SpecialTokens": "expansion", "make_counter": "factory",
-    "ImageMedia": "media_info", "MediaInfo": "media_info", "VideoMedia": "media_info", "grid_thw": "media_info",
+    "ImageMedia": "media_info", "AudioMedia": "media_info", "MediaInfo": "media_info", "VideoMedia": "media_info", "grid_thw": "media_info",
     "media_token_count": "media_info", "probe_media": "media_info",
     "FAST_FAMILIES": "rules", "ModelRules": "rules", "load_model_rules": "rules",
 }  # fmt: skip
@@ -37,6 +37,7 @@ __all__ = [
     "make_counter",
     "ImageMedia",
     "VideoMedia",
+    "AudioMedia",
     "MediaInfo",
     "grid_thw",
     "media_token_count",

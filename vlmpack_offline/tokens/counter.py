@@ -142,12 +142,14 @@ def _require_span(spans: list[tuple[int, int]] | Exception) -> None:
         raise DropError(Reason.NO_LABELS, "the chat template renders no assistant tokens for this sample")
 
 
-def _pad_kinds(ids: list[int], image_id: int | None, video_id: int | None) -> list[str]:
+def _pad_kinds(ids: list[int], pad_ids: dict[str, int | None]) -> list[str]:
     """The media pads in ``ids``, in order; ``list.count`` (C speed) when only one kind occurs."""
-    n_videos = ids.count(video_id) if video_id is not None else 0
-    if not n_videos:
-        return ["image"] * (ids.count(image_id) if image_id is not None else 0)
-    return ["image" if i == image_id else "video" for i in ids if i == image_id or i == video_id]
+    counts = {kind: ids.count(i) for kind, i in pad_ids.items() if i is not None}
+    present = [kind for kind, n in counts.items() if n]
+    if len(present) <= 1:
+        return [kind for kind in present for _ in range(counts[kind])]
+    kind_of = {pad_ids[kind]: kind for kind in present}
+    return [kind_of[i] for i in ids if i in kind_of]
 
 
 _LONG = 4_000  # characters: a longer text is tokenized in pieces (TokenCounter._encode_many)
@@ -205,11 +207,9 @@ class TokenCounter:
         self.expander = Expander(rules, tokenizer)
         self.chat = ChatRenderer(tokenizer.chat_template, {**tokenizer.special_tokens_map, **(template_kwargs or {})})
         special = self.expander.special
-        self._pad_ids = {
-            "image": self._token_id(special.image_pad),
-            "video": self._token_id(special.video_pad),
-        }
-        self._pad_re = re.compile(f"{re.escape(special.image_pad)}|{re.escape(special.video_pad)}")
+        self._pads = {"image": special.image_pad, "video": special.video_pad, "audio": special.audio_pad}
+        self._pad_ids = {kind: self._token_id(pad) for kind, pad in self._pads.items()}
+        self._pad_re = re.compile("|".join(re.escape(pad) for pad in sorted(set(self._pads.values()), key=len, reverse=True)))
         self._cut = _cut_points(tokenizer)
 
     def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
@@ -323,7 +323,7 @@ class TokenCounter:
             raise DropError(
                 Reason.UNKNOWN_FORMAT,
                 f"the chat template rendered media pads {list(found)} for media items {expected}; "
-                "text that contains literal <|image_pad|>/<|video_pad|> is not supported",
+                "text that contains literal <|image_pad|>/<|video_pad|>/<|audio_pad|> is not supported",
             )
 
     # -- counting -----------------------------------------------------------
@@ -340,13 +340,12 @@ class TokenCounter:
         texts, results, spans = self._texts_and_spans([c for c, _ in samples])
         spans = iter(spans)
         encoded = iter(self._encode_many(self.expander.compact_many(texts)))
-        image_id, video_id = self._pad_ids["image"], self._pad_ids["video"]
         for index, (conversation, media) in enumerate(samples):
             if results[index] is not None:
                 continue
             ids, found_spans = next(encoded), next(spans)
             try:
-                self._check_pads(conversation, _pad_kinds(ids, image_id, video_id))
+                self._check_pads(conversation, _pad_kinds(ids, self._pad_ids))
                 if found_spans is not None:
                     _require_span(found_spans)
                 token_len, media_tokens, patches, attention = len(ids), 0, 0, 0
@@ -385,7 +384,7 @@ class TokenCounter:
             rendered = f"{prefix}{rendered}{self.expander.family.text_suffix}"
             spans = [(start + len(prefix), end + len(prefix)) for start, end in spans]
         matches = list(self._pad_re.finditer(rendered))
-        pad_kind = {self.expander.special.image_pad: "image", self.expander.special.video_pad: "video"}
+        pad_kind = {pad: kind for kind, pad in self._pads.items()}
         self._check_pads(conversation, [pad_kind[m.group()] for m in matches])
         pieces: list[str] = []
         regions: list[tuple[int, int]] = []  # expanded-text char ranges of each replacement

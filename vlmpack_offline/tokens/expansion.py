@@ -34,7 +34,7 @@ class Expander:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def pad_for(self, media: MediaInfo) -> str:
-        return self.special.video_pad if media.kind == "video" else self.special.image_pad
+        return {"video": self.special.video_pad, "audio": self.special.audio_pad}.get(media.kind, self.special.image_pad)
 
     def _require_family(self):
         if self.family is None:

@@ -1,9 +1,10 @@
 """What the token count needs to know about one media item.
 
 ``probe_media`` reads bytes into a small record (header size for an image,
-container metadata + the shared frame sampling for a video) and lets the model's
-family refuse what its processor cannot take (``families/``: a video for a family
-without video, a Qwen-VL aspect ratio past 200:1). ``grid_thw`` / ``media_token_count``
+container metadata + the shared frame sampling for a video, the stream's decoded length
+and rate for an audio) and lets the model's family refuse what its processor cannot take
+(``families/``: a video for a family without video, an audio for one that does not hear,
+a Qwen-VL aspect ratio past 200:1). ``grid_thw`` / ``media_token_count``
 are the Qwen-VL patch grid (``families/qwen.py``), kept here for their callers.
 """
 
@@ -101,6 +102,12 @@ def probe_media(
     """
     part = part or kind
     family = family_of(rules)
+    if check_grid and kind == "audio" and family is not None and not getattr(family, "takes_audio", False):
+        raise DropError(
+            Reason.UNSUPPORTED_MEDIA,
+            f"{part}: {rules.model_type} takes no audio ({family.name}: its processor has no feature extractor and "
+            "audio token); drop the audio from the sample or train a family that hears (qwen3_omni_moe, gemma4, ...)",
+        )
     if check_grid and kind == "video" and family is not None and not family.takes_video:
         why = getattr(family, "no_video_reason", "its processor has no video input")  # a family may say why
         raise DropError(
@@ -115,6 +122,11 @@ def probe_media(
         settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
         info = probe_video(data, reader=settings.reader, part=part)
         media = VideoMedia(sampling=sample_for(rules, info, settings, part=part), span=info.span)
+    elif kind == "audio":
+        from ..media.audio import probe_audio  # PyAV: paid by a scan that meets audio only
+
+        audio = probe_audio(data, part=part)
+        media = AudioMedia(samples=audio.samples, sample_rate=audio.sample_rate, channels=audio.channels)
     else:
         raise ValueError(f"unknown media kind {kind!r}")
     if check_grid and family is not None:  # e.g. Qwen-VL's aspect limit, so the drop is recorded at probe time

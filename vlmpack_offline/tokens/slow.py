@@ -15,10 +15,13 @@ own rule picks, so the loader can feed the processor exactly the same inputs::
                     do_sample_frames=False and video_metadata = VideoMetadata(total_num_frames, fps,
                     frames_indices, width, height) per video: the processor's own call on the whole video
                     would pick the same frames and read the same timestamps (frames_indices / fps)
-    media_tokens    ids among the processor's image_token_ids + video_token_ids (the tokens its
+    audio           decoded to mono at the feature extractor's sampling_rate (media/audio.py decode_audio: the
+                    loader's own decode), passed as ``audio=``
+    media_tokens    ids among the processor's image / video / audio token ids (the tokens its
                     model marks as media: Gemma3's soft tokens, Pixtral's [IMG] [IMG_BREAK] [IMG_END])
     unsupported     a video for a processor without a video processor (an image for one without an
-                    image processor) is dropped as unsupported_media at probe time, not ignored
+                    image processor, an audio for one without a feature extractor and audio token) is
+                    dropped as unsupported_media at probe time, not ignored
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from ..media import decode_frames, open_image, probe_video
 from ..reasons import DropError, Reason
 from ..remote_code import load_pretrained, trusted
 from .counter import Count, render_or_drop, require_labels
-from .media_info import VideoMedia, probe_media
+from .media_info import AudioMedia, VideoMedia, probe_media
 from .rules import ModelRules, load_model_rules, resolve_video
 from .spans import ChatRenderer
 
@@ -46,10 +49,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RawMedia:
-    kind: str  # "image" or "video"
+    kind: str  # "image", "video" or "audio"
     data: bytes  # the part's bytes, decoded when counted
     part: str  # part name, for messages
     video: VideoMedia | None = None  # frame sampling, for videos
+    audio: AudioMedia | None = None  # the stream's length and rate, for audio
 
 
 class SlowCounter:
@@ -85,6 +89,8 @@ class SlowCounter:
         self._takes = {
             kind: getattr(self.processor, f"{kind}_processor", None) is not None for kind in ("image", "video")
         }
+        self.audio_extractor = _audio_extractor(self.processor)
+        self._takes["audio"] = self.audio_extractor is not None
         self.reader = resolve_video(self.video, rules.video, factor=rules.factor).reader
         # the frames of each video: the processor's own rule (None: it has no video processor)
         self.frame_rule = processor_rule(self.processor, path=rules.processor_path, kwargs=config.model.processor_kwargs)
@@ -100,12 +106,16 @@ class SlowCounter:
             raise DropError(
                 Reason.UNSUPPORTED_MEDIA,
                 f"{part or kind}: the {self.rules.model_type} processor ({type(self.processor).__name__}) has no "
-                f"{kind} processor, so this {kind} cannot be fed to the model; drop it from the sample",
+                f"{'feature extractor and audio token' if kind == 'audio' else kind + ' processor'}, so this {kind} "
+                "cannot be fed to the model; drop it from the sample",
             )
         if kind == "video":  # the processor's own frames, at the reader's size
             video = probe_video(data, reader=self.reader, part=part or kind)
             sampling = self.frame_rule.sampling(video, tile=None, part=part or kind)
             return RawMedia(kind=kind, data=data, part=part or kind, video=VideoMedia(sampling=sampling, span=video.span))
+        if kind == "audio":
+            audio = probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)
+            return RawMedia(kind=kind, data=data, part=part or kind, audio=audio)
         probe_media(kind, data, rules=self.rules, video=self.video, part=part, check_grid=False)  # an image's header
         return RawMedia(kind=kind, data=data, part=part or kind)
 
@@ -132,6 +142,12 @@ class SlowCounter:
                 "video_metadata": [video_metadata(sampling) for sampling in videos],
                 "do_sample_frames": False,
             }
+        audio = [m for m in media if m.kind == "audio"]
+        if audio:
+            from ..media.audio import decode_audio
+
+            audio = [decode_audio(m.data, sampling_rate=self.audio_extractor.sampling_rate, part=m.part) for m in audio]
+            kwargs["audio"] = audio
         try:
             out = self.processor(text=[rendered], images=images or None, **kwargs)
         except Exception as exc:
@@ -156,11 +172,18 @@ def video_metadata(sampling):
     )
 
 
+def _audio_extractor(processor):
+    """The processor's feature extractor where it hears (one and an ``audio_token``, as ``ProcessorMixin``
+    splices audio: tf/processing_utils.py ``_audio_processor``), else None."""
+    extractor = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
+    return extractor if extractor is not None and getattr(processor, "audio_token", None) else None
+
+
 def _media_token_ids(processor) -> set[int]:
     """The ids the processor marks as media in ``mm_token_type_ids``: its ``image_token_ids`` and
     ``video_token_ids`` (with a family's extra ones, e.g. Pixtral's break/end), else ``*_token_id``."""
     ids: set = set()
-    for kind in ("image", "video"):
+    for kind in ("image", "video", "audio"):
         listed = getattr(processor, f"{kind}_token_ids", None)
         ids.update(listed if isinstance(listed, list | tuple) else [getattr(processor, f"{kind}_token_id", None)])
     return {i for i in ids if isinstance(i, int)}
