@@ -9,6 +9,8 @@ each sub-sample's rendered chat and decoded media, the same inputs the scan coun
     videos    the frames the scan's sampling chose (the scan's own probe: the processor's frame rule or the
               shared sampler), at the sampling's size, with VideoMetadata(frames_indices, fps, total) and
               do_sample_frames=False: the processor takes exactly these frames and their timestamps
+    audio     float32 mono at the feature extractor's sampling_rate (media/audio.py ``decode_audio``, the scan's
+              own decode), passed as ``audio=`` in the conversation's order
 
 The pack's sub-samples go through ONE processor call, as a batch of samples (``text=[...]``, each
 sample's images and videos nested), the way HF batches samples for its models: fields that index
@@ -18,17 +20,39 @@ the processor called on that sub-sample alone). Per row, padding removed by ``at
 
     input_ids           checked against the planned token_len (LengthMismatchError)
     labels              the assistant spans of the rendered text carried through the processor's own
-                        replacements (``text_replacement_offsets``) onto its tokens; media tokens never scored
+                        replacements (``text_replacement_offsets``) onto its tokens; media tokens (audio too)
+                        never scored
     per-token fields    mm_token_type_ids, moe_mm_token_type_ids (ERNIE's MoE routing), token_type_ids:
                         [1, S] over the pack, in the vision container
     media fields        every field of model_input_names the model's forward takes (pixel_values,
-                        image_grid_thw, video_second_per_grid, image_position_ids, num_frames_per_video, ...),
-                        as the batch call made them (Molmo2's forward refuses images and videos in one call:
-                        its packs need ``packing.group_by: media_type``, the default)
+                        image_grid_thw, video_second_per_grid, image_position_ids, num_frames_per_video,
+                        input_features, feature_attention_mask, input_features_mask, ...), as the batch call
+                        made them (Molmo2's forward refuses images and videos in one call: its packs need
+                        ``packing.group_by: media_type``, the default)
     positions           the model's rope index on each row alone (``RopeIndex.positions`` on the row's ids,
-                        token fields and its own items of the per-image / per-video fields): a batch call
-                        numbers some axes across the batch (HunYuan-VL's image-index axis counts the batch's
+                        token fields and its own items of the per-image / per-video / per-audio fields): a batch
+                        call numbers some axes across the batch (HunYuan-VL's image-index axis counts the batch's
                         images), so the batch's positions are not each sample's; 1-D for models without one
+
+Audio is the exception to the one call. A feature extractor pads the audios of one call together, and what an
+audio becomes depends on its company: Whisper's (Qwen-Omni) pads to the longest and drops the last mask frame
+when that padded length is not a multiple of ``hop_length``, so an audio's frame count (its token count) moves
+with the longest audio of the call, and its last frames' log-mel values see the padding instead of the STFT's
+reflection (tf/models/whisper/feature_extraction_whisper.py ``__call__``); Gemma 4's pads to a multiple of 128
+samples past the longest. The scan counts each sample as one call, so a pack holding audio makes one call per
+sub-sample, each as the sub-sample's own call, and joins their fields::
+
+    per-item fields     concatenated along the first axis in pack order (images, videos, audios)
+    audio fields        the same, each first zero-padded along time to the pack's longest (input_features
+                        [n, mel, T] or [n, T, mel], feature_attention_mask / input_features_mask [n, T]): the
+                        masks keep each audio's own length, and the models read only masked frames (Qwen-Omni's
+                        get_audio_features keeps frames where feature_attention_mask is 1 and encodes each
+                        audio apart; Gemma 4's audio tower zeroes masked frames, its convolutions are causal
+                        or read zeros there, its attention masks them), so each audio encodes as in its own call
+    rows, positions     each call's own row and its own items (audio_feature_lengths = the mask's sum, as the
+                        forward derives them), so Qwen-Omni's rope index spaces the audio as alone
+
+A field other than the audio fields whose shapes differ between the calls is refused (``ValueError`` naming it).
 """
 
 from __future__ import annotations
@@ -46,7 +70,11 @@ from ..tokens.counter import _CharTokens, _with_turn_ends, render_or_drop
 from .labels import sub_sample_labels
 from .rope import RopeIndex
 
-__all__ = ["ProcessorPack", "SubSampleMedia", "Row", "is_token_field"]
+__all__ = ["ProcessorPack", "SubSampleMedia", "Row", "audio_extractor", "is_token_field"]
+
+# the fields a feature extractor makes per audio besides its model_input_names (Whisper names only
+# input_features): its attention mask under Qwen-Omni's name, and Gemma 4's mask (which it does name)
+_AUDIO_MASKS = frozenset({"feature_attention_mask", "input_features_mask"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +87,7 @@ class SubSampleMedia:
     images: tuple[Any, ...]  # PIL images, in the conversation's order
     videos: tuple[np.ndarray, ...]  # [T, H, W, 3] uint8 frames per video
     video_metadata: tuple[Any, ...]  # transformers VideoMetadata per video
+    audios: tuple[np.ndarray, ...] = ()  # float32 mono at the feature extractor's sampling_rate, in order
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +105,13 @@ def is_token_field(name: str) -> bool:
     ``moe_mm_token_type_ids``); the processor pads them with the batch, the loader concatenates them over the
     pack's tokens."""
     return name.endswith("token_type_ids")
+
+
+def audio_extractor(processor):
+    """The processor's feature extractor where it hears (one, and an ``audio_token`` to expand: ``ProcessorMixin``
+    splices audio only then, tf/processing_utils.py ``_process_audio``), else None."""
+    extractor = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
+    return extractor if extractor is not None and getattr(processor, "audio_token", None) else None
 
 
 def _input_names(processor) -> frozenset[str] | None:
@@ -101,6 +137,51 @@ def _items_of(media: dict[str, Any], subs: Sequence[SubSampleMedia], index: int)
     return out
 
 
+def _media_of(out) -> dict[str, Any]:
+    """A call's media fields: everything but the text fields and the per-token fields."""
+    return {k: v for k, v in out.items()
+            if k not in ("input_ids", "attention_mask", "text_replacement_offsets") and not is_token_field(k)}  # fmt: skip
+
+
+def _joined(parts: list[dict[str, Any]], audio_fields: frozenset[str]) -> dict[str, torch.Tensor]:
+    """The media fields of one call per sub-sample as the pack's (module doc): concatenated along the first axis;
+    an audio field zero-padded along its other axes to the largest first."""
+    names = list(dict.fromkeys(name for part in parts for name in part))
+    out = {}
+    for name in names:
+        values = [part[name] for part in parts if name in part]
+        if not all(torch.is_tensor(v) and v.ndim for v in values):
+            raise ValueError(f"the processor's field {name!r} is not a tensor with one row per item, so the loader "
+                             "cannot join the calls of a pack with audio; this family needs a module in families/")  # fmt: skip
+        shapes = {tuple(v.shape[1:]) for v in values}
+        if len(shapes) > 1 and name not in audio_fields:
+            raise ValueError(
+                f"the processor's field {name!r} has shapes {sorted(shapes)} in the calls of one pack with audio (one "
+                "call per sub-sample, module doc); only audio fields are padded to join them: pack audio samples apart "
+                "(packing.group_by: media_type) or give this family a module in families/"
+            )
+        out[name] = torch.cat([_zero_padded(v, shapes) for v in values]) if len(shapes) > 1 else torch.cat(values)
+    return out
+
+
+def _zero_padded(value: torch.Tensor, shapes: set[tuple[int, ...]]) -> torch.Tensor:
+    """``value`` with zeros after its own extent in every axis but the first, up to the largest of ``shapes``."""
+    largest = [max(sizes) for sizes in zip(*shapes, strict=True)]
+    padded = value.new_zeros((value.shape[0], *largest))
+    padded[(slice(None), *(slice(0, size) for size in value.shape[1:]))] = value
+    return padded
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Made:
+    """One sub-sample's part of a processor call's output."""
+
+    ids: torch.Tensor  # [L], padding removed
+    tokens: dict[str, torch.Tensor]  # per-token fields, [1, L]
+    replacements: list[dict]  # the call's text_replacement_offsets of this row
+    items: dict[str, torch.Tensor]  # this sub-sample's per-item media fields, for its rope index
+
+
 class ProcessorPack:
     """Builds a processor family's rows and vision fields for one pack (module doc)."""
 
@@ -116,10 +197,17 @@ class ProcessorPack:
         names = _input_names(processor)
         self.fields = model_inputs if names is None else names if model_inputs is None else names & model_inputs
         self._special = frozenset(self.tokenizer.all_special_ids)
+        self.audio_extractor = audio_extractor(processor)
+        self._audio_fields = _AUDIO_MASKS | frozenset(getattr(self.audio_extractor, "model_input_names", ()) or ())
         if self.tokenizer.pad_token is None:  # the batch call pads rows; the pad id is never read (attention_mask)
             self.tokenizer.pad_token = self.tokenizer.eos_token
 
-    # -- the batch call ----------------------------------------------------------------------------------
+    @property
+    def sampling_rate(self) -> int | None:
+        """The rate the feature extractor takes audio at (decode each audio item to it); None: it hears nothing."""
+        return None if self.audio_extractor is None else int(self.audio_extractor.sampling_rate)
+
+    # -- the processor calls -----------------------------------------------------------------------------
     def _call(self, texts: list[str], subs: Sequence[SubSampleMedia]):
         kwargs: dict[str, Any] = {}
         if any(s.images for s in subs):
@@ -127,41 +215,61 @@ class ProcessorPack:
         if any(s.videos for s in subs):
             kwargs.update(videos=[list(s.videos) for s in subs],
                           video_metadata=[m for s in subs for m in s.video_metadata], do_sample_frames=False)  # fmt: skip
+        if any(s.audios for s in subs):
+            if self.audio_extractor is None:
+                raise ValueError(
+                    f"{type(self.processor).__name__} has no feature extractor and audio token, so the audio of "
+                    f"{[s.sample_id for s in subs if s.audios]} cannot be fed to the model; the scan drops such "
+                    "items (unsupported_media): rerun scan/plan/write with this processor folder"
+                )
+            kwargs["audio"] = [audio for s in subs for audio in s.audios]  # flat, as make_list_of_audio takes them
         return self.processor(text=texts, padding=True, return_attention_mask=True, return_tensors="pt",
                               return_text_replacement_offsets=True, **kwargs)  # fmt: skip
 
-    def rows(self, pack_id: int, subs: Sequence[SubSampleMedia], *, check_lengths: bool = True
-             ) -> tuple[list[Row], dict[str, torch.Tensor]]:  # fmt: skip
-        """The pack's rows and its media fields (concatenated over the pack by the processor's batch call)."""
-        learn_all = self.train_on == "all"
-        rendered = [render_or_drop(self.chat, s.conversation, spans=not learn_all) for s in subs]
-        out = self._call([text for text, _ in rendered], subs)
+    def _made(self, out, items: list[dict[str, torch.Tensor]]) -> list[_Made]:
+        """Each row of one call's output, padding removed, with ``items[row]``."""
         ids, mask = out["input_ids"], out["attention_mask"].bool()
-        media = {k: v for k, v in out.items()
-                 if k not in ("input_ids", "attention_mask", "text_replacement_offsets") and not is_token_field(k)}  # fmt: skip
         tokens = {k: v for k, v in out.items() if is_token_field(k)}
         if "mm_token_type_ids" not in tokens and hasattr(self.processor, "create_mm_token_type_ids"):
             tokens["mm_token_type_ids"] = torch.as_tensor(self.processor.create_mm_token_type_ids(ids.tolist()))
+        return [_Made(ids=ids[index][mask[index]], tokens={k: v[index][mask[index]][None] for k, v in tokens.items()},
+                      replacements=out["text_replacement_offsets"][index], items=row_items)
+                for index, row_items in enumerate(items)]  # fmt: skip
+
+    def _calls(self, texts: list[str], subs: Sequence[SubSampleMedia]) -> tuple[list[_Made], dict[str, torch.Tensor]]:
+        """Each sub-sample's part of the processor's output and the pack's media fields: one batch call, or one
+        call per sub-sample where the pack holds audio (module doc)."""
+        if not any(s.audios for s in subs):
+            out = self._call(texts, subs)
+            media = _media_of(out)
+            return self._made(out, [_items_of(media, subs, index) for index in range(len(subs))]), media
+        outs = [self._call([text], [sub]) for text, sub in zip(texts, subs, strict=True)]
+        made = [part for out in outs for part in self._made(out, [_media_of(out)])]
+        return made, _joined([_media_of(out) for out in outs], self._audio_fields)
+
+    def rows(self, pack_id: int, subs: Sequence[SubSampleMedia], *, check_lengths: bool = True
+             ) -> tuple[list[Row], dict[str, torch.Tensor]]:  # fmt: skip
+        """The pack's rows and its media fields (concatenated over the pack in sub-sample order)."""
+        learn_all = self.train_on == "all"
+        rendered = [render_or_drop(self.chat, s.conversation, spans=not learn_all) for s in subs]
+        made, media = self._calls([text for text, _ in rendered], subs)
         rows = []
-        for index, sub in enumerate(subs):
-            keep = mask[index]
-            row_ids = ids[index][keep]
+        for sub, part, (text, spans) in zip(subs, made, rendered, strict=True):
+            row_ids = part.ids
             if check_lengths and len(row_ids) != sub.token_len:
                 raise LengthMismatchError(
                     f"pack {pack_id}, sample {sub.sample_id!r}: {type(self.processor).__name__} made "
                     f"{len(row_ids)} tokens but the plan says {sub.token_len}; the processor settings or the video "
                     "config differ from the scan's: rerun scan/plan/write with the loader's config"
                 )
-            text, spans = rendered[index]
-            learned = self._learned(text, spans, out["text_replacement_offsets"][index], row_ids, learn_all, sub.sample_id)
-            row_tokens = {k: v[index][keep][None] for k, v in tokens.items()}
-            positions = self.rope.positions(row_ids[None], mm_token_type_ids=row_tokens.get("mm_token_type_ids"),
-                                            **_items_of(media, subs, index))  # fmt: skip
+            learned = self._learned(text, spans, part.replacements, row_ids, learn_all, sub.sample_id)
+            positions = self.rope.positions(row_ids[None], mm_token_type_ids=part.tokens.get("mm_token_type_ids"),
+                                            **part.items)  # fmt: skip
             rows.append(Row(
                 input_ids=row_ids.long(),
                 labels=sub_sample_labels(row_ids.long(), learned),
                 positions=positions,
-                token_fields={k: v for k, v in row_tokens.items() if self._takes(k)},
+                token_fields={k: v for k, v in part.tokens.items() if self._takes(k)},
             ))  # fmt: skip
         return rows, {k: v for k, v in media.items() if self._takes(k)}
 

@@ -14,7 +14,11 @@ How it is called: the way the model's own ``forward`` calls it. Every transforme
 (``image_grid_thw``, ``video_second_per_grid``, ``target_sizes``, ``mm_token_type_ids``, ...), and maps
 them onto ``get_rope_index``'s own (Qwen-Omni's ``second_per_grids``, passed positionally). So the
 loader hands it the processor's fields by name, ``attention_mask`` of ones and no cache; a class
-without it gets ``get_rope_index`` with the keyword arguments its signature names. The result is
+without it gets ``get_rope_index`` with the keyword arguments its signature names. What the forward derives
+before the call is derived the same way: Qwen-Omni's ``audio_feature_lengths`` = ``feature_attention_mask``
+summed over time (modeling_qwen3_omni_moe.py / modeling_qwen2_5_omni.py Thinker ``forward``), the audio's
+mel frames, from which its rope index counts the audio's tokens (``_get_feat_extract_output_lengths``) when
+the sample also holds an image or video (audio alone, or text alone, gets 1-D positions on every axis there). The result is
 whatever the model uses: ``[3, B, L]`` (mRoPE), ``[A, B, L]`` (HunYuan-VL's N-axis xdrope). A model
 where no class defines one gets plain 1-D positions ``[1, L]``.
 
@@ -43,9 +47,10 @@ __all__ = ["RopeIndex", "RopeError", "MM_TEXT", "MM_IMAGE", "MM_VIDEO", "recurre
 MM_TEXT, MM_IMAGE, MM_VIDEO = 0, 1, 2
 
 # get_rope_index parameters named otherwise than the forward's (and the processor's) field, for a class
-# without compute_3d_position_ids: Qwen-Omni's second_per_grids is the processor's video_second_per_grid.
+# without compute_3d_position_ids: Qwen-Omni's second_per_grids is the processor's video_second_per_grid, its
+# audio_seqlens the forward's audio_feature_lengths.
 _ALIASES = {"second_per_grids": ("video_second_per_grid", "second_per_grid_ts"),
-            "second_per_grid_ts": ("video_second_per_grid",)}  # fmt: skip
+            "second_per_grid_ts": ("video_second_per_grid",), "audio_seqlens": ("audio_feature_lengths",)}  # fmt: skip
 
 
 # Models whose forward raises on the leading text row of positions (``RopeIndex.takes_text_row``).
@@ -207,18 +212,25 @@ class RopeIndex:
             return (mask.long().cumsum(-1) - 1).clamp(min=0)
         if mm_token_type_ids is None:
             mm_token_type_ids = self.mm_token_type_ids(input_ids)
-        available = {name: value.clone() for name, value in fields.items() if value is not None}  # some edit in place
+        available = {name: value for name, value in fields.items() if value is not None}
+        if "audio_feature_lengths" not in available and "feature_attention_mask" in available:  # as the forward
+            available["audio_feature_lengths"] = available["feature_attention_mask"].sum(-1)
         available.update(input_ids=input_ids, attention_mask=mask, mm_token_type_ids=mm_token_type_ids)
         with torch.no_grad():
             compute = getattr(self._model, "compute_3d_position_ids", None)
             if compute is not None:
                 self._model.rope_deltas = None  # the forward's own state: never reuse another call's deltas
-                positions = compute(**_arguments(compute, available))
+                positions = compute(**_cloned(_arguments(compute, available)))
                 if positions is not None:
                     return positions
                 # HunYuan-VL returns None without images: its text model then uses arange on every axis,
                 # which its get_rope_index gives too (one call, every axis)
             for name, sources in _ALIASES.items():
                 available.setdefault(name, next((available[s] for s in sources if s in available), None))
-            positions, _ = self._model.get_rope_index(**_arguments(self._model.get_rope_index, available))
+            positions, _ = self._model.get_rope_index(**_cloned(_arguments(self._model.get_rope_index, available)))
         return positions
+
+
+def _cloned(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The tensors among ``arguments`` copied: some rope functions edit their inputs in place."""
+    return {name: value.clone() if torch.is_tensor(value) else value for name, value in arguments.items()}

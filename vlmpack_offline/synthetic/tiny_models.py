@@ -1,15 +1,21 @@
-"""Tiny random Qwen-VL / Qwen3.5 models (no downloaded weights) for the equivalence tests and the example.
+"""Tiny random Qwen-VL / Qwen3.5 / omni models (no downloaded weights) for the equivalence tests and the example.
 
 Hidden size 64, 2 layers; the vision settings (patch, merge, temporal patch) match
 the public processors built by ``processor_dir.build_processor_dir``, so the
-processor's grids fit the model.
+processor's grids fit the model. The omni models (``tiny_omni``: Qwen3-Omni's and Qwen2.5-Omni's Thinker,
+Gemma 4) are the synthetic folder's own ``config.json`` (token ids, patch sizes, the audio settings the
+processor shares with the model: mel bins, Qwen-Omni's ``n_window``) with small sizes, and a one-layer audio
+encoder.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
-__all__ = ["tiny_gemma3_config", "tiny_qwen_vl"]
+__all__ = ["OMNI_MODELS", "tiny_gemma3_config", "tiny_omni", "tiny_qwen_vl"]
 
 
 def _configs(family: str):
@@ -82,3 +88,82 @@ def tiny_gemma3_config(processor_dir):
     )  # fmt: skip
     config._attn_implementation = "sdpa"
     return config
+
+
+_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+_QWEN_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+_QWEN_AUDIO = {"encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32, "output_dim": 64}
+
+# model type -> (the class a thinker / VLM trains as, the config section it is built from ("" = the whole),
+# small sizes merged into the folder's config.json, the keys set to the tokenizer's length)
+OMNI_MODELS: dict[str, tuple[str, str, dict, tuple[str, ...]]] = {
+    "qwen3_omni_moe": (
+        "Qwen3OmniMoeThinkerForConditionalGeneration", "thinker_config",
+        {"thinker_config": {
+            "text_config": {**_TEXT, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                "mrope_section": [2, 3, 3], "interleaved": True}},
+            "vision_config": {**_QWEN_VISION, "deepstack_visual_indexes": [0]},
+            "audio_config": {**_QWEN_AUDIO, "downsample_hidden_size": 16}}},
+        ("thinker_config.text_config.vocab_size",),
+    ),
+    "qwen2_5_omni": (
+        "Qwen2_5OmniThinkerForConditionalGeneration", "thinker_config",
+        {"thinker_config": {
+            "text_config": {**_TEXT, "layer_types": ["full_attention"] * 2, "max_window_layers": 2,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                "mrope_section": [2, 3, 3]}},
+            "vision_config": {**_QWEN_VISION, "fullatt_block_indexes": [0]},
+            "audio_config": _QWEN_AUDIO}},
+        ("thinker_config.text_config.vocab_size",),
+    ),
+    "gemma4": (  # the audio tower's subsampling keeps 128 channels first: its projection reads mel bins / 4 of them
+        "Gemma4ForConditionalGeneration", "",
+        {"text_config": {**_TEXT, "hidden_size_per_layer_input": 16, "sliding_window": 8,
+                         "layer_types": ["sliding_attention", "full_attention"]},
+         "vision_config": {**_TEXT, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 2},
+         "audio_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "subsampling_conv_channels": [128, 8], "output_proj_dims": 32}},
+        ("text_config.vocab_size", "text_config.vocab_size_per_layer_input"),
+    ),
+}  # fmt: skip
+
+
+def _merged(raw: dict, overrides: dict) -> dict:
+    """``raw`` with ``overrides`` merged in, section by section; a rope-parameters mapping replaces the folder's."""
+    out = dict(raw)
+    for key, value in overrides.items():
+        out[key] = _merged(out.get(key) or {}, value) if isinstance(value, dict) and "rope_type" not in value else value
+    return out
+
+
+def tiny_omni(model_type: str, folder: str | Path, *, seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised (seeded) tiny model of an omni family (``OMNI_MODELS``) from ``folder``'s config, fp32,
+    eval, sdpa (Gemma 4's audio tower: eager, the one it has). The shrunk config is written back into ``folder``: a
+    checkpoint folder, where the loader reads the model's config (its rope index)."""
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
+
+    if model_type not in OMNI_MODELS:
+        raise ValueError(f"no tiny omni model for {model_type!r}; choose one of {sorted(OMNI_MODELS)}")
+    model_class, section, sizes, vocab_keys = OMNI_MODELS[model_type]
+    folder = Path(folder)
+    raw = _merged(json.loads((folder / "config.json").read_text()), sizes)
+    for dotted in vocab_keys:
+        *path, last = dotted.split(".")
+        node = raw
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = len(AutoTokenizer.from_pretrained(folder))
+    (folder / "config.json").write_text(json.dumps(raw))
+    config = AutoConfig.from_pretrained(folder)
+    config = getattr(config, section) if section else config
+    config._attn_implementation = "sdpa"
+    for name in ("text_config", "vision_config", "audio_config"):
+        sub = getattr(config, name, None)
+        if sub is not None:
+            sub._attn_implementation = "eager" if model_type == "gemma4" and name == "audio_config" else "sdpa"
+    torch.manual_seed(seed)
+    return getattr(transformers, model_class)(config).eval()
