@@ -47,7 +47,8 @@ def _qwen2_vl():
 @pytest.mark.parametrize("build", [_qwen2_5_vl, _qwen2_vl], ids=["qwen2_5_vl", "qwen2_vl"])
 def test_coefficients_are_the_flops_of_the_real_models_linear_layers(build):
     config, model = build()
-    token, attention, patch, patch_attention = model_sizes(config.to_dict(), "test")
+    token, attention, patch, patch_attention, audio_frame, audio_attention = model_sizes(config.to_dict(), "test")
+    assert audio_frame == audio_attention == 0  # a model without an audio encoder
     language = _linear_weights(model, inside="language_model.layers") + model.lm_head.weight.numel()
     assert token == 6 * language
     vision = config.vision_config
@@ -59,6 +60,51 @@ def test_coefficients_are_the_flops_of_the_real_models_linear_layers(build):
     full = vision.depth - windowed
     assert patch_attention == 12 * hidden * full  # QK^T + AV over a block, forward + backward
     assert attention == 6 * TEXT["num_hidden_layers"] * TEXT["hidden_size"]  # causal: half of 4 s^2 d, x 3
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_the_audio_coefficient_is_the_flops_of_the_real_audio_encoders_layers(family):
+    """An omni model's config nests its sizes under thinker_config; the audio encoder's transformer layers (per
+    frame they run on) are 6 x their linear weights, as for the language model and the vision encoder."""
+    from transformers import AutoConfig
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeAudioEncoder
+
+    audio = {"d_model": 32, "encoder_layers": 3, "encoder_attention_heads": 2, "encoder_ffn_dim": 80,
+             "num_mel_bins": 16, "output_dim": 64}
+    config = AutoConfig.for_model(family, thinker_config={"text_config": TEXT, "audio_config": audio})
+    encoder_class = Qwen2_5OmniAudioEncoder if family == "qwen2_5_omni" else Qwen3OmniMoeAudioEncoder
+    encoder = encoder_class(config.thinker_config.audio_config)
+    token, _, _, _, audio_frame, audio_attention = model_sizes(config.to_dict(), "test")
+    assert audio_frame == 6 * _linear_weights(encoder, inside="layers.")
+    assert audio_attention == 12 * audio["d_model"] * audio["encoder_layers"]
+    assert token > 0  # the thinker's language model, not the top level's (which has no sizes)
+
+
+def test_a_conformer_audio_encoders_coefficient_is_its_layers_linear_flops():
+    """Gemma4's audio tower is a conformer: its per-frame layers (two feed-forwards, attention, the light conv) are
+    6 x their linear weights (the relative-position projection runs on positions, not frames)."""
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4AudioConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4AudioModel
+
+    config = Gemma4AudioConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               subsampling_conv_channels=[8, 4], output_proj_dims=48)
+    encoder = Gemma4AudioModel(config)
+    per_frame = sum(m.weight.numel() for name, m in encoder.named_modules()
+                    if isinstance(m, torch.nn.Linear) and "layers." in name and "relative_k_proj" not in name)
+    _, _, _, _, audio_frame, audio_attention = model_sizes({**TEXT, "audio_config": config.to_dict()}, "test")
+    assert audio_frame == 6 * per_frame
+    assert audio_attention == 12 * 32 * 2
+
+
+def test_a_pack_costs_its_audio_frames_and_windows():
+    model = CostModel(token=1.0, attention=0.0, patch=0.0, patch_attention=0.0, audio_frame=5.0, audio_attention=0.5,
+                      source="test")
+    lengths, none = np.array([10, 20], np.int32), np.zeros(2, np.int32)
+    frames, windows = np.array([100, 0], np.int32), np.array([2 * 50**2, 0], np.int64)
+    costs = pack_costs(model, lengths, none, none.astype(np.int64), np.array([0, 1]), np.array([0, 1, 2]),
+                       audio=(frames, windows))
+    assert costs.tolist() == [10 + 5.0 * 100 + 0.5 * 5000, 20]
 
 
 def test_a_pack_costs_the_sum_of_its_samples_terms():
@@ -103,7 +149,16 @@ def test_every_supported_familys_config_layout_gives_all_four_coefficients(model
     from transformers import AutoConfig
 
     coefficients = model_sizes(AutoConfig.for_model(model_type).to_dict(), model_type)
-    assert all(value > 0 for value in coefficients), coefficients  # text under text_config / llm_config, a vision tower
+    assert all(value > 0 for value in coefficients[:4]), coefficients  # text under text_config / llm_config, a vision tower
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe", "gemma4"])
+def test_every_omni_familys_config_layout_gives_all_six_coefficients(model_type):
+    from transformers import AutoConfig
+
+    extra = {"audio_config": {}, "vision_config": {}} if model_type == "gemma4" else {}  # its default has no towers
+    coefficients = model_sizes(AutoConfig.for_model(model_type, **extra).to_dict(), model_type)
+    assert all(value > 0 for value in coefficients), coefficients  # the thinker's text, vision and audio towers
 
 
 def test_a_processor_folder_whose_sizes_cannot_be_read_falls_back_to_the_defaults_saying_why(tmp_path):

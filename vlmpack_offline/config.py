@@ -200,6 +200,8 @@ class CostConfig:
     attention: float | None = None  # per squared sub-sample length: the language model's causal attention
     patch: float | None = None  # per vision-encoder patch: its linear layers and windowed attention
     patch_attention: float | None = None  # per squared full-attention block (patches): the encoder's full layers
+    audio_frame: float | None = None  # per audio-encoder frame: its linear layers (omni models)
+    audio_attention: float | None = None  # per squared audio attention window (frames): its attention
 
 
 @dataclass(**_FROZEN)
@@ -544,7 +546,7 @@ def _check_balance(config: Config) -> None:
         raise ConfigError(f"{src}: packing.balance_world_size {alias} and parallel.data_parallel_size {size} "
                           "disagree (the first is an alias of the second): keep parallel.data_parallel_size only")
     cost = config.packing.cost
-    for name in ("token", "attention", "patch", "patch_attention"):
+    for name in ("token", "attention", "patch", "patch_attention", "audio_frame", "audio_attention"):
         value = getattr(cost, name)
         if value is not None and not (value >= 0 and math.isfinite(value)):
             raise ConfigError(f"{src}: packing.cost.{name} must be a finite number >= 0 or null, got {value}")

@@ -16,14 +16,17 @@
              error, unused_media, sha256,     error text; members = JSON [[part, offset, size]];
              encoder_patches,                 unused_media = media parts nothing references (a
              encoder_attention,               warning: the sample is still packed); sha256 of the
-             layout_unfit, n_audios)
+             layout_unfit, n_audios,
+             audio_frames, audio_attention)
                                               members' bytes when write.check_sources is sha256;
                                               encoder_* = the vision encoder's patches and sum of
                                               squared attention blocks (the plan's cost model);
                                               layout_unfit = JSON {sample_type: why} of the published
                                               layouts that cannot hold the sample ('' when all can):
                                               bucket drops it under that sample.sample_type;
-                                              n_audios = audio items (beside n_images, n_videos)
+                                              n_audios = audio items (beside n_images, n_videos);
+                                              audio_* = the audio encoder's frames and sum of squared
+                                              attention windows (the cost model's audio terms)
 
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
 at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
@@ -88,7 +91,9 @@ CREATE TABLE IF NOT EXISTS samples (
     encoder_patches INTEGER NOT NULL DEFAULT 0,
     encoder_attention INTEGER NOT NULL DEFAULT 0,
     layout_unfit TEXT NOT NULL DEFAULT '',
-    n_audios INTEGER NOT NULL DEFAULT 0
+    n_audios INTEGER NOT NULL DEFAULT 0,
+    audio_frames INTEGER NOT NULL DEFAULT 0,
+    audio_attention INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
 """
@@ -131,6 +136,8 @@ class SampleRecord:
     encoder_attention: int = 0  # sum over its full-attention blocks (frame, tile, image) of patches**2
     layout_unfit: str = ""  # JSON {sample_type: why} of the published layouts that cannot hold it; "" if all can
     n_audios: int = 0  # audio items in the conversation
+    audio_frames: int = 0  # frames the audio encoder runs for its audio (the plan's cost model)
+    audio_attention: int = 0  # sum over its attention windows of frames**2
 
     def member(self, part: str) -> tuple[int, int]:
         """(offset, size) of one part; KeyError if absent."""
@@ -142,7 +149,8 @@ class SampleRecord:
 
 _SAMPLE_COLUMNS = (
     "id, shard, seq, key, media_type, token_len, media_tokens, n_images, n_videos, members, status, error, "
-    "unused_media, sha256, encoder_patches, encoder_attention, layout_unfit, n_audios"
+    "unused_media, sha256, encoder_patches, encoder_attention, layout_unfit, n_audios, "
+    "audio_frames, audio_attention"
 )
 
 
@@ -183,12 +191,13 @@ class Manifest:
                 s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
                 s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
                 s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit, s.n_audios,
+                s.audio_frames, s.audio_attention,
             )
             for s in samples
         ]
         with self.conn:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
-            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 18)})", rows)
+            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 20)})", rows)
             self.conn.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
@@ -248,5 +257,5 @@ def _sample_from_row(row: tuple) -> SampleRecord:
         media_tokens=row[6], n_images=row[7], n_videos=row[8],
         members=tuple((m[0], m[1], m[2]) for m in json.loads(row[9])), status=row[10], error=row[11],
         unused_media=row[12], sha256=row[13], encoder_patches=row[14], encoder_attention=row[15],
-        layout_unfit=row[16], n_audios=row[17],
+        layout_unfit=row[16], n_audios=row[17], audio_frames=row[18], audio_attention=row[19],
     )

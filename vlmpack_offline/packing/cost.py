@@ -6,11 +6,14 @@ tile's) patches. The cost of a pack, in training FLOPs (forward + backward = 3 x
 per multiply-add)::
 
     cost = token * sum(L_i) + attention * sum(L_i ** 2) + patch * sum(P_j) + patch_attention * sum(B_k ** 2)
+         + audio_frame * sum(A_j) + audio_attention * sum(W_k ** 2)
 
 ``L_i`` the sub-samples' (aligned) lengths, ``P_j`` the vision-encoder patches of each sample, ``B_k``
 the patches of each of the encoder's full-attention blocks (a frame, a tile, an image: what the
-scan records per family, ``families/``). The coefficients come from a model ``config.json``
-(``from_model_config``, docs/balance.md) and each can be set in ``packing.cost``.
+scan records per family, ``families/``); ``A_j`` and ``W_k`` the same for the audio encoder (the
+frames its layers run on, and each attention window's frames). The coefficients come from a model
+``config.json`` (``from_model_config``, docs/balance.md: the text, vision and audio sub-configs; an
+omni model's under its ``thinker_config``) and each can be set in ``packing.cost``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..errors import ConfigError
 __all__ = ["CostModel", "DEFAULT_SIZES", "cost_model_for", "model_sizes", "pack_costs"]
 
 # The coefficients' names, in ``packing.cost`` and in ``CostModel``.
-TERMS = ("token", "attention", "patch", "patch_attention")
+TERMS = ("token", "attention", "patch", "patch_attention", "audio_frame", "audio_attention")
 
 # A Qwen2.5-VL-7B-sized model (its published config.json): used only when no model config is named,
 # and then said so at plan time.
@@ -37,6 +40,8 @@ DEFAULT_SIZES = {
              "intermediate_size": 18944, "vocab_size": 152064},
     "vision": {"hidden_size": 1280, "depth": 32, "intermediate_size": 3420, "hidden_act": "silu", "patch_size": 14,
                "temporal_patch_size": 2, "in_channels": 3, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
+    # Qwen2.5-Omni-7B's audio encoder (its published config.json, thinker_config.audio_config)
+    "audio": {"d_model": 1280, "encoder_layers": 32, "encoder_ffn_dim": 5120},
 }
 
 
@@ -49,13 +54,17 @@ class CostModel:
     patch: float
     patch_attention: float
     source: str
+    audio_frame: float = 0.0  # 0: the model hears nothing (no audio_config)
+    audio_attention: float = 0.0
 
     def record(self) -> dict:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
         return (f"cost model ({self.source}): {self.token:.3g} FLOPs/token + {self.attention:.3g} x length^2 "
-                f"+ {self.patch:.3g}/patch + {self.patch_attention:.3g} x block^2")
+                f"+ {self.patch:.3g}/patch + {self.patch_attention:.3g} x block^2"
+                + (f" + {self.audio_frame:.3g}/audio frame + {self.audio_attention:.3g} x window^2"
+                   if self.audio_frame or self.audio_attention else ""))
 
 
 def _section(config: dict, names: tuple[str, ...]) -> dict:
@@ -73,8 +82,32 @@ def _get(section: dict, where: str, *names: str):
                       f"packing.cost.model_config, or set the coefficients in packing.cost")
 
 
-def model_sizes(config: dict, where: str) -> tuple[float, float, float, float]:
-    """(token, attention, patch, patch_attention) FLOPs from a HF model ``config.json`` (module doc)."""
+def model_sizes(config: dict, where: str) -> tuple[float, float, float, float, float, float]:
+    """(token, attention, patch, patch_attention, audio_frame, audio_attention) FLOPs from a HF model
+    ``config.json`` (module doc)."""
+    if isinstance(config.get("thinker_config"), dict):  # Qwen-Omni: the model that reads the inputs (no talker)
+        config = config["thinker_config"]
+    return (*_text_and_vision(config, where), *_audio(config.get("audio_config"), where + " audio_config"))
+
+
+def _audio(audio, where: str) -> tuple[float, float]:
+    """The audio encoder's (per frame, per squared window) FLOPs: its layers' linear weights on each frame they run
+    on, and full attention within each window. Whisper-style layers (Qwen-Omni: tf/models/qwen2_5_omni,
+    qwen3_omni_moe ``*AudioEncoderLayer``): q, k, v, out 4 d^2 and a d -> ffn -> d MLP. Conformer layers (Gemma4:
+    tf/models/gemma4/modeling_gemma4.py ``Gemma4AudioLayer``, recognised by ``subsampling_conv_channels``): two
+    d -> 4d -> d feed-forwards, q, k, v, post 4 d^2 and the light conv's d -> 2d, d -> d."""
+    if not isinstance(audio, dict):
+        return 0.0, 0.0
+    d = _get(audio, where, "d_model", "hidden_size")
+    layers = _get(audio, where, "encoder_layers", "num_hidden_layers")
+    if audio.get("subsampling_conv_channels") is not None:
+        per_layer = 2 * (2 * d * 4 * d) + 4 * d * d + 3 * d * d
+    else:
+        per_layer = 4 * d * d + 2 * d * (audio.get("encoder_ffn_dim") or audio.get("intermediate_size") or 4 * d)
+    return 6.0 * layers * per_layer, 12.0 * d * layers
+
+
+def _text_and_vision(config: dict, where: str) -> tuple[float, float, float, float]:
     text = _section(config, ("text_config", "llm_config", "language_config"))
     h = _get(text, where, "hidden_size")
     layers = _get(text, where, "num_hidden_layers")
@@ -124,6 +157,7 @@ def _read_model_config(path: str) -> dict:
 
 
 def _has_sizes(config: dict) -> bool:
+    config = config.get("thinker_config") if isinstance(config.get("thinker_config"), dict) else config
     return "hidden_size" in _section(config, ("text_config", "llm_config", "language_config"))
 
 
@@ -148,7 +182,8 @@ def cost_model_for(cost_config, processor_dir: str | None = None) -> CostModel:
         else:
             reason = "no packing.cost.model_config and the processor folder's config.json has no model sizes"
         if derived is None:
-            derived = model_sizes(DEFAULT_SIZES["text"] | {"vision_config": DEFAULT_SIZES["vision"]}, "defaults")
+            derived = model_sizes(DEFAULT_SIZES["text"] | {"vision_config": DEFAULT_SIZES["vision"],
+                                                           "audio_config": DEFAULT_SIZES["audio"]}, "defaults")
             source = f"{DEFAULT_SIZES['name']}: {reason}"
     given = {name: getattr(cost_config, name) for name in TERMS if getattr(cost_config, name) is not None}
     values = dict(zip(TERMS, derived, strict=True)) | given
@@ -158,9 +193,11 @@ def cost_model_for(cost_config, processor_dir: str | None = None) -> CostModel:
 
 
 def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, blocks: np.ndarray,
-               indexes: np.ndarray, offsets: np.ndarray, *, chunk: int = 1 << 22) -> np.ndarray:
+               indexes: np.ndarray, offsets: np.ndarray, *, audio: tuple[np.ndarray, np.ndarray] | None = None,
+               chunk: int = 1 << 22) -> np.ndarray:
     """float64 [P]: the cost of each pack ``indexes[offsets[p]:offsets[p + 1]]`` (per-sample arrays, aligned
-    lengths), ``chunk`` packs at a time so a billion samples need no billion-entry temporary."""
+    lengths; ``audio`` the per-sample audio frames and squared windows, None for none), ``chunk`` packs at a
+    time so a billion samples need no billion-entry temporary."""
     n_packs = len(offsets) - 1
     out = np.zeros(n_packs, np.float64)
     for first in range(0, n_packs, chunk):
@@ -171,5 +208,7 @@ def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, block
         length = lengths[members].astype(np.float64)
         per_sample = model.token * length + model.attention * length * length
         per_sample += model.patch * patches[members] + model.patch_attention * blocks[members].astype(np.float64)
+        if audio is not None:
+            per_sample += model.audio_frame * audio[0][members] + model.audio_attention * audio[1][members].astype(np.float64)
         out[first:last] = np.add.reduceat(per_sample, offsets[first:last] - offsets[first])
     return out

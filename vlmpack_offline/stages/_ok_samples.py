@@ -34,6 +34,8 @@ class OkSamples:
     media_names: tuple[str, ...]  # media type per code
     encoder_patches: np.ndarray | None = None  # int32 per ok sample: vision-encoder patches (cost model)
     encoder_attention: np.ndarray | None = None  # int64 per ok sample: sum of squared attention blocks
+    audio_frames: np.ndarray | None = None  # int32 per ok sample: audio-encoder frames (cost model)
+    audio_attention: np.ndarray | None = None  # int64 per ok sample: sum of squared audio attention windows
     id_chunks: tuple[str, ...] = ()  # ids joined, ``chunk_rows`` samples per string (only when asked for)
     id_offsets: np.ndarray | None = None  # int64 [n + 1]: id i = chunk[i // rows][off[i] - base : off[i+1] - base]
     chunk_rows: int = _CHUNK
@@ -71,6 +73,8 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
     packed_out: list[np.ndarray] = []
     patches_out: list[np.ndarray] = []
     blocks_out: list[np.ndarray] = []
+    frames_out: list[np.ndarray] = []
+    windows_out: list[np.ndarray] = []
     id_chunks, id_lens = [], []
     with Manifest(manifest_path(work_dir)) as manifest:
         conn = manifest.conn
@@ -81,9 +85,11 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
         packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
         # the cost model's columns only when some sample has media (a text-only manifest reads one int a row)
-        (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0)").fetchone()
-        columns = packed + (", encoder_patches, encoder_attention" if encoded else "") + (", id" if with_ids else "")
-        id_col = 3 if encoded else 1
+        (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0 "
+                                  "OR audio_frames > 0)").fetchone()
+        columns = packed + (", encoder_patches, encoder_attention, audio_frames, audio_attention" if encoded else "") \
+            + (", id" if with_ids else "")
+        id_col = 5 if encoded else 1
         cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", MEDIA_TYPES)
         with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
             while rows := cursor.fetchmany(_CHUNK):
@@ -91,6 +97,8 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
                 if encoded:
                     patches_out.append(np.fromiter(map(itemgetter(1), rows), dtype=np.int32, count=len(rows)))
                     blocks_out.append(np.fromiter(map(itemgetter(2), rows), dtype=np.int64, count=len(rows)))
+                    frames_out.append(np.fromiter(map(itemgetter(3), rows), dtype=np.int32, count=len(rows)))
+                    windows_out.append(np.fromiter(map(itemgetter(4), rows), dtype=np.int64, count=len(rows)))
                 if with_ids:
                     ids = list(map(itemgetter(id_col), rows))
                     id_chunks.append("".join(ids))
@@ -114,9 +122,11 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
     n = len(token_len)
     patches = np.concatenate(patches_out) if patches_out else np.zeros(n, np.int32)
     blocks = np.concatenate(blocks_out) if blocks_out else np.zeros(n, np.int64)
+    frames = np.concatenate(frames_out) if frames_out else np.zeros(n, np.int32)
+    windows = np.concatenate(windows_out) if windows_out else np.zeros(n, np.int64)
     return OkSamples(
         token_len=token_len, media_tokens=media_tokens, media_code=codes.astype(np.int8), media_names=names,
-        encoder_patches=patches, encoder_attention=blocks,
+        encoder_patches=patches, encoder_attention=blocks, audio_frames=frames, audio_attention=windows,
         id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
         source_code=source_code, source_names=source_names,
     )

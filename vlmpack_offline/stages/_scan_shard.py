@@ -93,6 +93,8 @@ class _Pending:
     media_tokens: int = 0  # visual tokens inside token_len
     encoder_patches: int = 0  # the vision encoder's patches for the sample's media (cost model)
     encoder_attention: int = 0  # sum of its full-attention blocks' patches**2 (cost model)
+    audio_frames: int = 0  # the audio encoder's input frames (cost model)
+    audio_attention: int = 0  # sum of its attention windows' frames**2 (cost model)
     unused_media: int = 0  # media parts of the sample that the conversation never references
     sha256: str = ""  # of the members' bytes, when write.check_sources is sha256
     seconds: float = 0.0  # spent reading it (JSON + media probes), counted against its budget
@@ -183,6 +185,7 @@ class ShardScanner:
                 else:
                     item.token_len, item.media_tokens = result.token_len, result.media_tokens
                     item.encoder_patches, item.encoder_attention = result.encoder_patches, result.encoder_attention
+                    item.audio_frames, item.audio_attention = result.audio_frames, result.audio_attention
 
     def _count(self, batch: list[_Pending]) -> list:
         """Counts of a batch; when the batched call fails, each sample alone, so only the bad one drops."""
@@ -268,6 +271,8 @@ class ShardScanner:
             media_tokens=item.media_tokens,
             encoder_patches=item.encoder_patches,
             encoder_attention=item.encoder_attention,
+            audio_frames=item.audio_frames,
+            audio_attention=item.audio_attention,
             n_images=kinds.count("image"),
             n_videos=kinds.count("video"),
             n_audios=kinds.count("audio"),

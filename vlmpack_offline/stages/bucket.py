@@ -7,6 +7,8 @@
       media_tokens.npy         int32 [n_ok]   visual tokens of every ok sample
       encoder_patches.npy      int32 [n_ok]   vision-encoder patches of every ok sample   } the plan's cost
       encoder_attention.npy    int64 [n_ok]   sum of its squared attention blocks          } model reads them
+      audio_frames.npy         int32 [n_ok]   audio-encoder frames of every ok sample      }
+      audio_attention.npy      int64 [n_ok]   sum of its squared attention windows         }
       <group>.indexes.npy      int32          ok-sample indexes, packs concatenated
       <group>.offsets.npy      int64 [P + 1]  pack p = indexes[offsets[p]:offsets[p+1]]
       overlong.npy             int32 [n_over] ok-sample indexes with token_len > C (in no pack)
@@ -253,6 +255,9 @@ def run(config: Config) -> StageResult:
     _save(out_dir / "media_tokens.npy", samples.media_tokens)
     _save(out_dir / "encoder_patches.npy", samples.encoder_patches)
     _save(out_dir / "encoder_attention.npy", samples.encoder_attention)
+    none = samples.audio_frames is None  # a caller's samples without audio columns hold no audio
+    _save(out_dir / "audio_frames.npy", np.zeros(samples.n, np.int32) if none else samples.audio_frames)
+    _save(out_dir / "audio_attention.npy", np.zeros(samples.n, np.int64) if none else samples.audio_attention)
     _save(out_dir / "overlong.npy", overlong)
     _save(out_dir / "layout_unfit.npy", unfit_rows.index)
     _write_overlong_report(config, overlong, capacity, alignment.multiple)

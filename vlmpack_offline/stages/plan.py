@@ -162,9 +162,11 @@ def run(config: Config) -> StageResult:
     plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
     out = bins_dir(config)
     lengths, media_tokens = np.load(out / "lengths.npy"), np.load(out / "media_tokens.npy")
-    if not (out / "encoder_patches.npy").is_file():
-        raise StaleArtifactError(f"{out} has no encoder_patches.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
+    for name in ("encoder_patches.npy", "audio_frames.npy"):
+        if not (out / name).is_file():
+            raise StaleArtifactError(f"{out} has no {name} (bins of an older vlmpack): rerun `vlmpack bucket`")
     patches, blocks = np.load(out / "encoder_patches.npy"), np.load(out / "encoder_attention.npy")
+    audio = np.load(out / "audio_frames.npy"), np.load(out / "audio_attention.npy")
     overlong = np.load(out / "overlong.npy")
     unfit = np.load(out / "layout_unfit.npy") if (out / "layout_unfit.npy").is_file() else np.zeros(0, np.int32)
     if not (out / "uses.npy").is_file():
@@ -178,7 +180,7 @@ def run(config: Config) -> StageResult:
     alignment = config.alignment
     validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong, uses, unfit)
     model = cost_model(config)
-    costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets)
+    costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets, audio=audio)
     mixture = bins_meta.get("mixture") if config.data.sources else None
     mix = mix_of(mixture, source, lengths, indexes, offsets)
     plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs,
@@ -219,7 +221,7 @@ def run(config: Config) -> StageResult:
                 drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios,
                 mixture_series=mixture_series)
     balance_lines = _balance_lines(plan_arrays, schedule)
-    if media_tokens.any() and not patches.any():
+    if media_tokens.any() and not patches.any() and not audio[0].any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
                              "tokens/slow.py): pack costs leave the vision encoder out")
     return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],

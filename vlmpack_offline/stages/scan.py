@@ -287,6 +287,8 @@ def _write_jsonl(manifest: Manifest, path: Path) -> None:
                 "media_tokens": s.media_tokens,
                 "encoder_patches": s.encoder_patches,
                 "encoder_attention": s.encoder_attention,
+                "audio_frames": s.audio_frames,
+                "audio_attention": s.audio_attention,
                 "reason": None if s.status == "ok" else s.status,
                 "error": s.error,
                 "unused_media": s.unused_media,

@@ -49,6 +49,8 @@ class Count:
     media_tokens: int  # image + video pad tokens inside token_len
     encoder_patches: int = 0  # vision-encoder patches of the sample's media (families.Size); 0 on the slow path
     encoder_attention: int = 0  # sum of (tokens per encoder attention block)**2 over the sample's media
+    audio_frames: int = 0  # the audio encoder's input frames for the sample's audio (an audio item's Size)
+    audio_attention: int = 0  # sum of (frames per audio-encoder attention window)**2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -348,15 +350,18 @@ class TokenCounter:
                 self._check_pads(conversation, _pad_kinds(ids, self._pad_ids))
                 if found_spans is not None:
                     _require_span(found_spans)
-                token_len, media_tokens, patches, attention = len(ids), 0, 0, 0
+                token_len, media_tokens = len(ids), 0
+                work = {"vision": [0, 0], "audio": [0, 0]}  # each encoder's (patches or frames, attention)
                 for item in self.expander.in_sample(media):
                     size = self.expander.replacement_size(item)
                     token_len += size.tokens - 1
                     media_tokens += size.media_tokens
-                    patches += size.encoder_patches
-                    attention += size.encoder_attention
+                    encoder = work["audio" if item.kind == "audio" else "vision"]
+                    encoder[0] += size.encoder_patches
+                    encoder[1] += size.encoder_attention
                 results[index] = Count(token_len=token_len, media_tokens=media_tokens,
-                                       encoder_patches=patches, encoder_attention=attention)  # fmt: skip
+                                       encoder_patches=work["vision"][0], encoder_attention=work["vision"][1],
+                                       audio_frames=work["audio"][0], audio_attention=work["audio"][1])  # fmt: skip
             except DropError as exc:
                 results[index] = exc
         return results  # type: ignore[return-value]
