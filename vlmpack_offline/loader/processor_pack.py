@@ -66,6 +66,7 @@ import numpy as np
 import torch
 
 from ..errors import LengthMismatchError
+from ..media.audio import decode_audio
 from ..tokens.counter import _CharTokens, _with_turn_ends, render_or_drop
 from .labels import sub_sample_labels
 from .rope import RopeIndex
@@ -204,8 +205,19 @@ class ProcessorPack:
 
     @property
     def sampling_rate(self) -> int | None:
-        """The rate the feature extractor takes audio at (decode each audio item to it); None: it hears nothing."""
+        """The rate the feature extractor takes audio at; None: the processor hears nothing."""
         return None if self.audio_extractor is None else int(self.audio_extractor.sampling_rate)
+
+    def audio(self, data: bytes, *, part: str) -> np.ndarray:
+        """One audio item as ``SubSampleMedia.audios`` holds it: float32 mono at ``sampling_rate``, decoded by the
+        scan's own ``media.audio.decode_audio`` (its length is the one the scan counted)."""
+        if self.sampling_rate is None:
+            raise ValueError(
+                f"{part}: {type(self.processor).__name__} has no feature extractor and audio token, so this audio "
+                "cannot be fed to the model; the scan drops such items (unsupported_media): rerun scan/plan/write "
+                "with this processor folder"
+            )
+        return decode_audio(data, sampling_rate=self.sampling_rate, part=part)
 
     # -- the processor calls -----------------------------------------------------------------------------
     def _call(self, texts: list[str], subs: Sequence[SubSampleMedia]):

@@ -10,9 +10,12 @@ sample::
     processor families  the loader's processor (``AutoProcessor``; without torchvision the folder's processor
     (no module in       built from its parts, ``tokens/processor_parts.py``), then ``ProcessorPack.rows`` on a
     families/)          generated pack: one image sample, one text sample (and one 8-frame video sample where
-                        the folder has a video processor), rendered by the folder's chat template: the batch
-                        call, the labels carried through the processor's replacements, the rope index on its
-                        fields, the per-row shapes
+                        the folder has a video processor; a 1-second tone, alone and beside the image, where
+                        it has a feature extractor and an audio token), rendered by the folder's chat template:
+                        the batch call, the labels carried through the processor's replacements, the rope index
+                        on its fields (Qwen-Omni's counts an audio's tokens from its mel frames beside an
+                        image), the per-row shapes; with audio, the whole pack once more (one call per
+                        sub-sample, the audio fields joined: ``processor_pack.py``)
 
 A part that needs torchvision where it is missing (a video processor, Molmo2's image processor) is not
 refused: the loader runs where torchvision is installed; ``vlmpack scan`` logs that it was left out.
@@ -173,7 +176,7 @@ def _check_pack(what: str, processor, rope) -> None:
     samples = [_generated("text", ())]
     parts = type(processor).get_attributes()
     if not _needs_missing_torchvision(getattr(processor, "image_processor", None)):
-        samples.append(_generated("image", (image,)))
+        samples.append(_generated("image", (("image", image),)))
     elif "image_processor" in parts:  # a torchvision-backend class (Molmo2's): it loads here but cannot run
         log.warning("%s: images not checked for the loader here (its image processor needs torchvision); the "
                     "loader needs torchvision where it runs", what)  # fmt: skip
@@ -184,26 +187,44 @@ def _check_pack(what: str, processor, rope) -> None:
         frames = rng.integers(0, 255, (8, 96, 128, 3), dtype=np.uint8)
         metadata = VideoMetadata(total_num_frames=8, fps=4.0, duration=2.0, width=128, height=96,
                                  frames_indices=list(range(8)))  # fmt: skip
-        samples.append(_generated("video", (frames,), metadata))
+        samples.append(_generated("video", (("video", frames),), metadata))
     elif "video_processor" in parts and not is_torchvision_available():
         log.warning("%s: videos not checked for the loader here (its video processor needs torchvision); the "
                     "loader needs torchvision where it runs", what)  # fmt: skip
+    if pack.sampling_rate is not None:  # it hears: a 440 Hz tone of one second, alone and beside the image
+        tone = np.sin(2 * np.pi * 440 * np.arange(pack.sampling_rate) / pack.sampling_rate).astype(np.float32) / 10
+        samples.append(_generated("audio", (("audio", tone),)))
+        if any(s.sample_id == "image" for s in samples):
+            samples.append(_generated("image+audio", (("image", image), ("audio", tone))))
+    checked = []
     for sample in samples:
-        try:
-            (row,), _fields = pack.rows(0, [sample], check_lengths=False)
-        except Exception as exc:  # noqa: BLE001 - the processor's, the rope's, or our label mapping's refusal
-            if not is_torchvision_available() and "torchvision" in f"{type(exc).__name__} {exc}".lower():
-                log.warning("%s: %s samples not checked for the loader here (needs torchvision): %s", what,
-                            sample.sample_id, exc)  # fmt: skip
-                continue
-            raise ConfigError(
-                f"{what}: the loader cannot serve it: a generated {sample.sample_id} sample fails in the "
-                f"loader's processor path ({type(exc).__name__}: {exc})"
-            ) from None
+        if _checked(what, pack, [sample]):
+            checked.append(sample)
+    if any(s.audios for s in checked) and len(checked) > 1:
+        _checked(what, pack, checked)
+
+
+def _checked(what: str, pack, samples: list) -> bool:
+    """``pack.rows`` on ``samples`` as one pack; False where a part needs torchvision, which is missing (logged)."""
+    from transformers.utils import is_torchvision_available
+
+    name = " + ".join(s.sample_id for s in samples)
+    try:
+        rows, _fields = pack.rows(0, samples, check_lengths=False)
+    except Exception as exc:  # noqa: BLE001 - the processor's, the rope's, or our label mapping's refusal
+        if not is_torchvision_available() and "torchvision" in f"{type(exc).__name__} {exc}".lower():
+            log.warning("%s: %s samples not checked for the loader here (needs torchvision): %s", what, name, exc)
+            return False
+        raise ConfigError(
+            f"{what}: the loader cannot serve it: a generated {name} sample fails in the loader's processor path "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    for sample, row in zip(samples, rows, strict=True):
         length = len(row.input_ids)
         if row.positions.shape[-1] != length or row.labels.shape != row.input_ids.shape:
             raise ConfigError(f"{what}: the loader cannot serve it: the model's positions {tuple(row.positions.shape)} "
                               f"do not cover the {length} tokens of a generated {sample.sample_id} sample")  # fmt: skip
+    return True
 
 
 def _needs_missing_torchvision(image_processor) -> bool:
@@ -215,16 +236,21 @@ def _needs_missing_torchvision(image_processor) -> bool:
     return image_processor is None or (isinstance(image_processor, TorchvisionBackend) and not is_torchvision_available())
 
 
-def _generated(kind: str, media: tuple, metadata=None):
+def _generated(name: str, media: tuple[tuple[str, Any], ...], metadata=None):
+    """A one-turn sample named ``name`` holding ``media`` ((kind, decoded item) pairs) before its question."""
     from ..conversation import Conversation, MediaRef
     from .processor_pack import SubSampleMedia
 
-    content = [{"type": kind, kind: f"x.{kind}"}] if kind != "text" else []
+    refs = tuple(MediaRef(kind=kind, part=f"x{index}.{kind}") for index, (kind, _) in enumerate(media))
+    content = [{"type": ref.kind, ref.kind: ref.part} for ref in refs]
     messages = ({"role": "user", "content": [*content, {"type": "text", "text": "What is this?"}]},
                 {"role": "assistant", "content": [{"type": "text", "text": "A test."}]})  # fmt: skip
-    refs = tuple(MediaRef(kind=kind, part=f"x.{kind}") for _ in media)
+
+    def of(kind: str) -> tuple:
+        return tuple(item for k, item in media if k == kind)
+
     return SubSampleMedia(
-        sample_id=kind, conversation=Conversation(messages=messages, media=refs), token_len=0,
-        images=media if kind == "image" else (), videos=media if kind == "video" else (),
+        sample_id=name, conversation=Conversation(messages=messages, media=refs), token_len=0,
+        images=of("image"), videos=of("video"), audios=of("audio"),
         video_metadata=(metadata,) if metadata is not None else (),
     )  # fmt: skip
