@@ -5,28 +5,35 @@ sampling rate, after the loader decodes it to mono and resamples it. The scan re
 length at its native rate (``probe_audio``) and maps it with ``resampled_length``; the loader decodes and
 resamples (``decode_audio``) to exactly that length, so the two cannot drift.
 
-Both open the bytes with PyAV the same way (``_opened``: the first audio stream, one decoder thread), and the
-probe's count is the number of samples that decoder hands out, found per codec::
+Both open the bytes with PyAV the same way (``_opened``: the first audio stream, one decoder thread, a small
+``probesize``), and the probe's count is the number of samples that decoder hands out, found per codec::
 
-    codec                          samples                                   how it is proven
-    pcm_* (WAV, AIFF, ...)         the packets' durations summed (demux      each packet is whole (the last one not cut
-                                   only: PCM packets decode to exactly       short) and they hold the samples the header
-                                   their bytes / (channels * width))         claims (WAV: the data chunk's size)
-    flac with a sample count       the same                                  the packets hold STREAMINFO's total samples
-    in STREAMINFO
-    everything else (mp3, opus,    decoded and counted: the count *is* the   it decodes to its end; MP3's Xing / Info /
-    aac, vorbis, alac, flac        loader's decoder's (delay, priming and    VBRI frame count (LAME's gapless tag: delay
-    without a count, ...)          padding as the decoder trims them)        and padding) is not above the count
+    codec                     samples                                      proven by
+    pcm_* in WAV              data chunk bytes / block_align (FFmpeg's     the data chunk fits in the file
+                              PCM decoder: bytes / (channels * width))     (audio_headers.walk)
+    pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
+                                                                           header's length
+    flac with a sample count  STREAMINFO's total samples                   the last frame, decoded after a seek,
+                                                                           ends exactly there
+    mp3 with a gapless tag    FFmpeg's stream duration (Xing frames less   the file holds every byte the Xing
+    (LAME / Lavf / Lavc)      LAME's delay and padding, as it trims them)  header counts
+    opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file, the last one
+                              to FFmpeg's duration - its codec delay       ends the stream (audio_headers.walk)
+    everything else (aac,     decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
+    vorbis, mp3 untagged,     loader's decoder's                           VBRI count is not above it (one frame
+    flac without a count...)                                               of slack)
 
-A lossy codec's header length is not the decoded length in general (AAC in MP4: the priming frame; Opus: the
-pre-skip; MP3 without a LAME tag: the decoder delay), so those are counted by decoding: about 1 % of decoding
-and feature extraction (docs/performance.md, "Audio probing").
+A lossy codec's header length is not the decoded length in general (AAC in MP4: the priming frame and the
+last frame's padding; Opus: the pre-skip; MP3 without a gapless tag: the decoder delay), so those rows are
+exact only where the rule above is the decoder's own (``tests/test_audio_media.py`` holds every row to a plain
+decode on clips of many lengths, rates and channel counts); the rest are counted by decoding
+(docs/performance.md, "Audio probing", has what each costs against decoding and feature extraction).
 
-Before opening, the container's own structure is walked to its end, as for video (``video_integrity``):
-MP4 / M4A boxes, Matroska / WebM elements and AVI chunks (``check_container``), a WAV's ``data`` chunk against
-the file and an Ogg file's pages (each inside the file, the last one flagged end-of-stream). A file whose
-structure or header claims more than it holds is ``truncated_media``; one that does not open, has no audio
-stream, does not decode or holds no samples is ``corrupt_media``. Every message starts with the part's name.
+Before opening, the container's structure is walked to its end (``audio_headers.walk``; MP4 / M4A, Matroska /
+WebM and AVI by ``video_integrity.check_container``). A file whose structure or header claims more than it holds
+is ``truncated_media``; one that does not open, has no audio stream, does not decode or holds no samples is
+``corrupt_media``. Every message starts with the part's name. Damage inside a file whose ends are whole (a bad
+frame in the middle) is not looked for: that is ``scan.decode_check``'s job, as for video.
 """
 
 from __future__ import annotations
@@ -40,10 +47,15 @@ from fractions import Fraction
 import numpy as np
 
 from ..reasons import DropError, Reason
-from .integrity import corrupt_error, cut_error
-from .video_integrity import check_container
+from .audio_headers import Mp3Tag, Walked, mp3_tag, walk
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "resampled_length"]
+
+# FFmpeg reads this many bytes of packets to fill in stream facts (avformat_find_stream_info) before the first
+# demux: its default, 5 MB, is a minute of PCM read twice. Every fact used here is in the headers of the formats
+# walked (the tests compare decodes under both settings); a format whose facts need more reading is reported
+# with 0 Hz or 0 channels, a recorded corrupt_media, never a wrong count.
+_OPEN = {"probesize": "4096"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +63,7 @@ class AudioInfo:
     samples: int  # decoded samples per channel at sample_rate: exactly what decode_audio's PyAV decode hands out
     sample_rate: int  # the stream's rate in Hz as the decoder outputs it (Opus always decodes at 48000)
     channels: int  # the stream's channels (decode_audio averages them to mono)
-    codec: str  # PyAV's decoder name, e.g. "pcm_s16le", "flac", "mp3float", "opus", "aac"
+    codec: str  # the codec (FFmpeg's canonical name), e.g. "pcm_s16le", "flac", "mp3", "opus", "aac"
     container: str  # PyAV's format name, e.g. "wav", "ogg", "mov,mp4,m4a,3gp,3g2,mj2"
 
 
@@ -65,27 +77,23 @@ def resampled_length(samples: int, rate: int, target: int) -> int:
 
 
 def probe_audio(data: bytes, *, part: str) -> AudioInfo:
-    """The first audio stream's decoded length, rate and channels (module doc: per codec, from the packets or by
+    """The first audio stream's decoded length, rate and channels (module doc: per codec, from the header or by
     decoding). Raises ``DropError``: ``truncated_media`` when the file holds less than it claims, ``corrupt_media``
     when it is not readable audio or holds none."""
-    _check_structure(data, part)
+    walked = walk(data, part=part)
     with _opened(data, part) as (container, stream):
         context = stream.codec_context
-        codec, rate, channels = context.name, int(context.sample_rate), int(context.channels)
+        codec, rate, channels = context.codec.canonical_name, int(context.sample_rate), int(context.channels)
         fmt = container.format.name
-        samples = None
-        if codec.startswith("pcm_") or (codec == "flac" and stream.duration):
-            samples = _packet_samples(container, stream, rate, part)
-    if samples is None:  # counted by decoding, in a fresh container: the demux above (if any) used this one up
+        samples = _from_header(data, walked, container, stream, rate, part)
+    if samples is None:  # counted by decoding, in a fresh container: a demux above used the first one up
         with _opened(data, part) as (container, stream):
             samples, rate = _decoded_samples(container, stream, _mp3_claim(data, stream, rate), part)
-    info = AudioInfo(samples=samples, sample_rate=rate, channels=channels, codec=codec, container=fmt)
-    if info.samples <= 0:
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {info.codec} stream holds no audio (0 samples)")
-    if info.sample_rate <= 0 or info.channels <= 0:
-        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {info.codec} stream reports {info.sample_rate} Hz, "
-                                              f"{info.channels} channels")  # fmt: skip
-    return info
+    if samples <= 0:
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {codec} stream holds no audio (0 samples)")
+    if rate <= 0 or channels <= 0:
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {codec} stream reports {rate} Hz, {channels} channels")
+    return AudioInfo(samples=samples, sample_rate=rate, channels=channels, codec=codec, container=fmt)
 
 
 def decode_audio(data: bytes, *, sampling_rate: int, part: str) -> np.ndarray:
@@ -134,32 +142,90 @@ def decode_audio(data: bytes, *, sampling_rate: int, part: str) -> np.ndarray:
     return out
 
 
+def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part: str) -> int | None:
+    """The decoded length where the file's structure proves it (module table), else None: decode to count."""
+    codec = stream.codec_context.codec.canonical_name
+    if codec.startswith("pcm_") and walked.wav_data is not None and walked.wav_frame:
+        return walked.wav_data // walked.wav_frame  # FFmpeg's PCM decoder: bytes / (channels * width), floored
+    if codec.startswith("pcm_") or codec == "alac":
+        return _packet_samples(container, stream, rate, part)
+    if codec == "flac" and stream.duration:
+        return _flac_samples(container, stream, rate, part)
+    if codec == "mp3" and (tag := mp3_tag(data)) is not None and tag.gapless and tag.audio_bytes:
+        return _mp3_samples(tag, stream, rate, part)
+    if codec == "opus" and walked.ogg_serials == 1 and walked.opus_preskip is not None:
+        samples = walked.ogg_granule - walked.opus_preskip  # RFC 7845: the last granule less the pre-skip
+        agrees = stream.duration is not None and stream.duration - stream.codec_context.delay == samples
+        return samples if agrees and not stream.start_time and stream.time_base == Fraction(1, rate) else None
+    return None
+
+
+def _samples_at(value: int, stream, rate: int) -> int | None:
+    """``value`` in the stream's time base as a whole number of samples at ``rate``; None when it is not one."""
+    samples = Fraction(value) * stream.time_base * rate
+    return int(samples) if samples.denominator == 1 else None
+
+
 def _packet_samples(container, stream, rate: int, part: str) -> int | None:
-    """The samples the packets hold, from their durations (demux only), checked against the header's count; None
-    when the packets cannot prove it (a packet without a duration, durations that are not whole samples, or a
-    FLAC whose packets hold more than STREAMINFO says: then the decoder's count decides)."""
+    """The samples the packets hold, from their durations (demux only; PCM and ALAC packets decode to exactly
+    their duration), checked against the header's length; None when a packet has no duration or the durations
+    are not whole samples."""
     total, packets, last_cut = 0, 0, False
     for packet in _packets(container, stream, part):
         if not packet.duration:
             return None
         total, packets, last_cut = total + packet.duration, packets + 1, bool(packet.is_corrupt)
-    held = Fraction(total) * stream.time_base * rate
-    claimed = Fraction(stream.duration) * stream.time_base * rate if stream.duration else None
     if last_cut:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: its last packet (of {packets}) runs "
                                                 "past the end of the file")  # fmt: skip
-    if claimed is not None and held < claimed:
-        raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: the header says {int(claimed)} samples, "
-                                                f"the data holds {int(held)}")  # fmt: skip
-    if held.denominator != 1 or (claimed is not None and held != claimed and stream.codec_context.name == "flac"):
+    held = _samples_at(total, stream, rate)
+    claimed = _samples_at(stream.duration, stream, rate) if stream.duration else None
+    if held is not None and claimed is not None and held < claimed:
+        raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: the header says {claimed} samples, "
+                                                f"the data holds {held}")  # fmt: skip
+    return held
+
+
+def _flac_samples(container, stream, rate: int, part: str) -> int | None:
+    """STREAMINFO's total samples, proven by decoding the last frame: seek to the last sample and decode to the
+    end, which must end exactly there (a cut last frame does not decode; a file cut earlier ends before it).
+    None when the seek fails or the frames carry no timestamps or end after the total: then the decoder's count
+    decides."""
+    total = _samples_at(stream.duration, stream, rate)
+    if total is None or stream.time_base != Fraction(1, rate) or stream.start_time:
         return None
-    return int(held)
+    try:
+        container.seek(stream.duration - 1, stream=stream, backward=True)
+    except Exception:  # FFmpeg finds no frame to seek to (a clip of one frame): decode it all instead
+        return None
+    end = 0
+    try:
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                return None
+            end = max(end, frame.pts + frame.samples)
+    except Exception as exc:  # PyAV's own errors: the last frame is cut short or damaged
+        raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: FLAC cut short: the header says {total} samples, its "
+                                                f"last frames do not decode ({_line(exc)})") from None  # fmt: skip
+    if end < total:
+        raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: FLAC cut short: the header says {total} samples, the "
+                                                f"data holds {end}")  # fmt: skip
+    return total if end == total else None
+
+
+def _mp3_samples(tag: Mp3Tag, stream, rate: int, part: str) -> int | None:
+    """An MP3 with LAME's gapless header: FFmpeg's stream duration (the frames less the encoder delay and padding,
+    which its decoder trims), once the file holds every byte the header counts."""
+    if tag.audio_bytes > tag.held:
+        raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: MP3 cut short: its Xing header counts {tag.frames} frames "
+                                                f"in {tag.audio_bytes} bytes, the file holds {tag.held}")  # fmt: skip
+    return _samples_at(stream.duration, stream, rate) if stream.duration else None
 
 
 def _decoded_samples(container, stream, claimed: int | None, part: str) -> tuple[int, int]:
     """(samples, rate) the decoder hands out, decoding every packet as ``decode_audio`` does; ``truncated_media``
     when it ends short of ``claimed`` (by more than one codec frame) or the last packet was cut short."""
-    codec = stream.codec_context.name
+    codec = stream.codec_context.codec.canonical_name
     samples, rate, packets, last_cut = 0, None, 0, False
     try:
         for packet in container.demux(stream):
@@ -178,11 +244,10 @@ def _decoded_samples(container, stream, claimed: int | None, part: str) -> tuple
             raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: the header says {claimed} samples, "
                                                     f"{samples} decode before an error ({_line(exc)})") from None
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: audio does not decode ({codec}: {_line(exc)})") from None
-    slack = stream.codec_context.frame_size or 1152
     if last_cut:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: its last packet (of {packets}) runs "
                                                 "past the end of the file")  # fmt: skip
-    if claimed is not None and samples + slack < claimed:
+    if claimed is not None and samples + (stream.codec_context.frame_size or 1152) < claimed:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: the header says {claimed} samples, "
                                                 f"the data decodes to {samples}")  # fmt: skip
     return samples, rate or int(stream.codec_context.sample_rate)
@@ -199,79 +264,12 @@ def _packets(container, stream, part: str):
 
 
 def _mp3_claim(data: bytes, stream, rate: int) -> int | None:
-    """An MP3's sample count from its first frame's Xing / Info / VBRI tag, as FFmpeg's demuxer reads it into the
-    stream's duration (LAME's delay and padding taken off); None for any other file, or an MP3 without a tag
-    (then the duration is FFmpeg's estimate from the bit rate and file size, no claim to hold it to)."""
-    if stream.codec_context.name not in ("mp3", "mp3float") or not stream.duration:
-        return None
-    pos = 0
-    if data[:3] == b"ID3" and len(data) >= 10:  # ID3v2: 10-byte header, synchsafe size, optional footer
-        size = int.from_bytes(bytes(b & 0x7F for b in data[6:10]), "big")
-        pos = 10 + size + (10 if data[5] & 0x10 else 0)
-    while pos + 4 <= len(data) and data[pos] == 0:  # padding before the first frame
-        pos += 1
-    if pos + 40 > len(data) or data[pos] != 0xFF or data[pos + 1] & 0xE0 != 0xE0:
-        return None
-    mpeg1, mono = (data[pos + 1] >> 3) & 3 == 3, data[pos + 3] >> 6 == 3
-    xing = pos + 4 + (32 if mpeg1 and not mono else 17 if mpeg1 or not mono else 9)  # after the side information
-    tagged = data[xing : xing + 4] in (b"Xing", b"Info") and data[xing + 7] & 1  # the frames field is present
-    if not (tagged or data[pos + 36 : pos + 40] == b"VBRI"):
+    """The sample count an MP3's Xing / VBRI header gives FFmpeg's stream duration, to hold the decoded count to;
+    None for any other file, or an MP3 without one (then the duration is FFmpeg's estimate from the bit rate and
+    the file's size, no claim)."""
+    if stream.codec_context.codec.canonical_name != "mp3" or not stream.duration or mp3_tag(data) is None:
         return None
     return round(Fraction(stream.duration) * stream.time_base * rate)
-
-
-def _check_structure(data: bytes, part: str) -> None:
-    """The container's own sizes against the file (module doc), before PyAV opens it."""
-    if check_container(data, part=part):  # MP4 / M4A, Matroska / WebM, AVI: video_integrity's walks
-        return
-    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
-        _check_wav(data, part)
-    elif data[:4] == b"OggS":
-        _check_ogg(data, part)
-
-
-def _check_wav(data: bytes, part: str) -> None:
-    """RIFF chunks from byte 12 to the ``data`` chunk, whose size must fit in the file. FFmpeg's WAV demuxer
-    clamps a size past the end to the file and reads on, so a cut WAV opens as a shorter one: the count is
-    taken here. A size of 0xFFFFFFFF (a writer that could not seek back) declares nothing."""
-    pos, size, align = 12, len(data), 0
-    while pos + 8 <= size:
-        kind, length = bytes(data[pos : pos + 4]), int.from_bytes(data[pos + 4 : pos + 8], "little")
-        if kind == b"fmt " and pos + 22 <= size:
-            align = int.from_bytes(data[pos + 20 : pos + 22], "little")  # nBlockAlign: bytes per sample frame
-        if kind == b"data":
-            held = size - pos - 8
-            if length != 0xFFFFFFFF and length > held:
-                what = (f"the header says {length // align} samples, the data holds {held // align}" if align
-                        else f"its data chunk declares {length} bytes, the file holds {held}")  # fmt: skip
-                raise cut_error(part, "WAV", what, size)
-            return
-        pos += 8 + length + (length & 1)
-    if pos > size:
-        raise cut_error(part, "WAV", f"a chunk before the audio data runs {pos - size} bytes past the end", size)
-    raise corrupt_error(part, "WAV", "no data chunk")
-
-
-def _check_ogg(data: bytes, part: str) -> None:
-    """Ogg pages from byte 0 (``OggS``, 27-byte header, segment table, body): each inside the file, and the last
-    one flagged end-of-stream (RFC 3533), which a file cut at a page boundary lacks. FFmpeg's demuxer takes the
-    length from the last page it finds, so a cut Ogg opens as a shorter clip. Bytes that are not a page end the
-    walk (trailing bytes are not ours to judge)."""
-    pos, size, last = 0, len(data), -1
-    while pos + 27 <= size and data[pos : pos + 4] == b"OggS":
-        segments = data[pos + 26]
-        if pos + 27 + segments > size:
-            break
-        end = pos + 27 + segments + sum(data[pos + 27 : pos + 27 + segments])
-        if end > size:
-            raise cut_error(part, "Ogg", f"its page at byte {pos} declares {end - pos} bytes, the file ends "
-                                         f"{end - size} bytes before its end", size)  # fmt: skip
-        last, pos = pos, end
-    if last >= 0 and pos < size and data[pos : pos + 4] == b"OggS"[: size - pos]:
-        raise cut_error(part, "Ogg", f"the file ends inside a page header at byte {pos}", size)
-    if last >= 0 and not data[last + 5] & 0x04:
-        raise cut_error(part, "Ogg", f"its last page (at byte {last}) does not end the stream (no end-of-stream "
-                                     "flag)", size)  # fmt: skip
 
 
 def _mono(frame) -> np.ndarray:
@@ -291,7 +289,7 @@ def _opened(data: bytes, part: str) -> Iterator[tuple]:
     import av
 
     try:
-        container = av.open(io.BytesIO(data))
+        container = av.open(io.BytesIO(data), options=_OPEN)
     except Exception as exc:
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: not a readable audio file (PyAV: {_line(exc)})") from None
     with container:

@@ -11,6 +11,9 @@ in the containers corpora hold::
     opus        opus          opus (libopus)          the same (the .opus extension of the same Ogg file)
     m4a         ipod          aac (FFmpeg's)          7350 .. 96000 (the 13 MPEG-4 rates)
     alac        ipod          alac (Apple lossless)   any
+    aac         adts          aac (FFmpeg's)          as m4a (raw ADTS frames, no container index)
+    mka         matroska      flac                    any
+    webm        webm          opus (libopus)          as ogg
 
 A rate the encoder does not take is refused (``ValueError`` naming the rates it takes), never resampled behind
 the caller's back: libopus encodes at 8/12/16/24/48 kHz only (and every Opus stream *decodes* at 48 kHz
@@ -41,6 +44,9 @@ CONTAINERS: dict[str, tuple[str, str]] = {
     "opus": ("opus", "libopus"),
     "m4a": ("ipod", "aac"),
     "alac": ("ipod", "alac"),
+    "aac": ("adts", "aac"),
+    "mka": ("matroska", "flac"),
+    "webm": ("webm", "libopus"),
 }
 _CHUNK = 4096  # samples per generated (and encoded) frame: the signal is the same whatever the clip's length
 _BITEXACT = {"fflags": "+bitexact"}  # the muxer: a fixed Ogg serial number, no "encoder" version tag
