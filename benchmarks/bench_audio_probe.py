@@ -1,0 +1,78 @@
+"""Scan cost per audio clip: ``probe_audio`` against what the loader does with the same clip, in the same run.
+
+    RAYON_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_audio_probe.py [--repeat 5]
+
+For each container and length (stereo, 44.1 kHz; 48 kHz for Opus, which takes no 44.1), the clip is encoded once
+(``synthetic.audio``), then timed: the probe (what the scan runs per audio item), and the loader's work on it:
+``decode_audio`` to 16 kHz mono plus ``transformers.WhisperFeatureExtractor(feature_size=128)`` (Qwen2.5-Omni's /
+Qwen3-Omni's settings) with ``padding=True, truncation=False, return_attention_mask=True``. Prints min and median
+of ``--repeat`` runs (the feature extractor: of fewer, it is the slow part) and the ratio (decode + features) /
+probe for both; the issue's target is 50x. Never exits non-zero on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+from vlmpack_offline.media import decode_audio, probe_audio
+from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
+
+CONTAINERS = ("wav", "flac", "mp3", "ogg", "m4a", "alac", "aac", "webm", "mka")
+TARGET = 50.0  # issue 36: probing at least 50x faster than decoding and feature extraction
+
+
+def _times(function, repeat: int) -> tuple[float, float]:
+    """(min, median) seconds of ``repeat`` calls after one warm-up call."""
+    function()
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        runs.append(time.perf_counter() - start)
+    return min(runs), statistics.median(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5, help="timed probes and decodes per clip (min and median)")
+    parser.add_argument("--seconds", type=float, nargs="+", default=[10.0, 60.0, 600.0], help="clip lengths")
+    parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
+    args = parser.parse_args()
+
+    import torch
+    import transformers
+    from transformers import WhisperFeatureExtractor
+
+    extractor = WhisperFeatureExtractor(feature_size=128)
+    print(f"# {platform.processor() or platform.machine()}, python {platform.python_version()}, transformers "
+          f"{transformers.__version__}, torch {torch.__version__} ({torch.get_num_threads()} thread(s))")  # fmt: skip
+    print("| container | codec | clip | MB | probe min / median | decode min | features min | ratio min / median "
+          "| >= 50x |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for container in CONTAINERS:
+        if container not in args.containers:
+            continue
+        taken = rates_taken(container)
+        rate = 44100 if taken is None or 44100 in taken else 48000
+        for seconds in args.seconds:
+            data = encode_audio(container, samples=int(rate * seconds), sample_rate=rate, channels=2)
+            info = probe_audio(data, part=container)
+            probe = _times(lambda d=data: probe_audio(d, part="clip"), args.repeat)
+            decode = _times(lambda d=data: decode_audio(d, sampling_rate=16000, part="clip"), args.repeat)
+            audio = decode_audio(data, sampling_rate=16000, part=container)
+            features = _times(lambda a=audio: extractor(a, sampling_rate=16000, padding=True, truncation=False,
+                                                        return_attention_mask=True),
+                              max(1, args.repeat // 2))  # fmt: skip
+            loader = (decode[0] + features[0], decode[1] + features[1])
+            ratio = (loader[0] / probe[0], loader[1] / probe[1])
+            print(f"| {container} | {info.codec} | {seconds:g} s @ {rate // 1000 if rate % 1000 == 0 else rate / 1000:g} kHz "
+                  f"| {len(data) / 1e6:.2f} | {probe[0] * 1e3:.2f} / {probe[1] * 1e3:.2f} ms | {decode[0] * 1e3:.1f} ms "
+                  f"| {features[0] * 1e3:.1f} ms | {ratio[0]:.0f}x / {ratio[1]:.0f}x "
+                  f"| {'yes' if min(ratio) >= TARGET else 'no'} |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
