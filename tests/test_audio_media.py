@@ -229,6 +229,35 @@ def test_ogg_cut_at_a_page_boundary_is_truncated():
     assert _decoded(cut)[0] > 0  # the decoder alone would have served it, short
 
 
+def _flipped(data: bytes, at: float) -> bytes:
+    damaged = bytearray(data)
+    damaged[int(len(data) * at)] ^= 0xFF
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize("at", [0.3, 0.5, 0.7])
+def test_ogg_page_with_a_damaged_byte_is_corrupt(at):
+    """FFmpeg drops an Ogg page that fails its CRC, and every sample in it: a whole page shorter than the header
+    says. The walk checks each page's CRC, so the file is dropped rather than counted at its undamaged length."""
+    data = encode_audio("ogg", samples=48000 * 3, sample_rate=48000, channels=2)
+    damaged = _flipped(data, at)
+    assert _decoded(damaged)[0] < _decoded(data)[0]  # what the loader's decoder would have served
+    with pytest.raises(DropError, match=r"^a\.ogg: not a valid Ogg: its page at byte \d+ fails its CRC") as exc:
+        probe_audio(damaged, part="a.ogg")
+    assert exc.value.reason == Reason.CORRUPT_MEDIA
+
+
+def test_flac_frame_damaged_in_the_middle_is_dropped():
+    """A byte flipped 30% in: FFmpeg's parser finds the frame's CRC wrong and skips it, so the decoder yields a frame
+    less than STREAMINFO says; the probe's packet walk sees the same."""
+    data = encode_audio("flac", samples=44100 * 3, sample_rate=44100, channels=2)
+    damaged = _flipped(data, 0.3)
+    assert _decoded(damaged)[0] < 44100 * 3
+    with pytest.raises(DropError, match=r"^a\.flac: audio cut short: the header says 132300 samples") as exc:
+        probe_audio(damaged, part="a.flac")
+    assert exc.value.reason == Reason.TRUNCATED_MEDIA
+
+
 def test_half_an_mp3_is_truncated_by_its_xing_byte_count():
     data = encode_audio("mp3", samples=44100 * 3, sample_rate=44100, channels=2)
     with pytest.raises(DropError, match=r"^a\.mp3: MP3 cut short: its Xing header counts \d+ frames in \d+ bytes, "

@@ -13,8 +13,9 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
                               PCM decoder: bytes / (channels * width))     (audio_headers.walk)
     pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
                                                                            header's length
-    flac with a sample count  STREAMINFO's total samples                   the last frame, decoded after a seek,
-                                                                           ends exactly there
+    flac with a sample count  STREAMINFO's total samples                   the packets FFmpeg's parser finds (each
+                                                                           frame's CRC checked) hold it; the last
+                                                                           frame, decoded after a seek, ends there
     mp3 with a gapless tag    FFmpeg's stream duration (Xing frames less   the file holds every byte the Xing
     (LAME / Lavf / Lavc)      LAME's delay and padding, as it trims them)  header counts
     opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file, the last one
@@ -32,8 +33,10 @@ decode on clips of many lengths, rates and channel counts); the rest are counted
 Before opening, the container's structure is walked to its end (``audio_headers.walk``; MP4 / M4A, Matroska /
 WebM and AVI by ``video_integrity.check_container``). A file whose structure or header claims more than it holds
 is ``truncated_media``; one that does not open, has no audio stream, does not decode or holds no samples is
-``corrupt_media``. Every message starts with the part's name. Damage inside a file whose ends are whole (a bad
-frame in the middle) is not looked for: that is ``scan.decode_check``'s job, as for video.
+``corrupt_media``. Every message starts with the part's name. Damage inside a file whose ends are whole is
+caught where the format checks itself cheaply (Ogg's page CRCs; FLAC's frame CRCs, which FFmpeg's parser checks
+in the packet walk). Elsewhere (a damaged MP3 frame header in the middle, which its decoder skips) decoding is the
+only proof: ``scan.decode_check``'s job, as for video.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ from .audio_headers import Mp3Tag, Walked, mp3_tag, walk
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "resampled_length"]
 
 # FFmpeg reads this many bytes of packets to fill in stream facts (avformat_find_stream_info) before the first
-# demux: its default, 5 MB, is a minute of PCM read twice. Every fact used here is in the headers of the formats
-# walked (the tests compare decodes under both settings); a format whose facts need more reading is reported
-# with 0 Hz or 0 channels, a recorded corrupt_media, never a wrong count.
+# demux: its default, 5 MB, is half a minute of 44.1 kHz stereo PCM read on every open (23 ms of a WAV probe's 24).
+# Every fact used here is in the headers of the formats written by synthetic.audio, and the tests' oracle decodes
+# with FFmpeg's defaults and gets the same samples; a format whose facts need more reading would report 0 Hz or
+# 0 channels, a recorded corrupt_media, never a wrong count.
 _OPEN = {"probesize": "4096"}
 
 
@@ -88,7 +92,7 @@ def probe_audio(data: bytes, *, part: str) -> AudioInfo:
         samples = _from_header(data, walked, container, stream, rate, part)
     if samples is None:  # counted by decoding, in a fresh container: a demux above used the first one up
         with _opened(data, part) as (container, stream):
-            samples, rate = _decoded_samples(container, stream, _mp3_claim(data, stream, rate), part)
+            samples, rate = _decoded_samples(container, stream, _claim(data, stream, rate), part)
     if samples <= 0:
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {codec} stream holds no audio (0 samples)")
     if rate <= 0 or channels <= 0:
@@ -187,12 +191,15 @@ def _packet_samples(container, stream, rate: int, part: str) -> int | None:
 
 
 def _flac_samples(container, stream, rate: int, part: str) -> int | None:
-    """STREAMINFO's total samples, proven by decoding the last frame: seek to the last sample and decode to the
-    end, which must end exactly there (a cut last frame does not decode; a file cut earlier ends before it).
-    None when the seek fails or the frames carry no timestamps or end after the total: then the decoder's count
-    decides."""
+    """STREAMINFO's total samples, proven twice: the packets FFmpeg's FLAC parser finds (it checks each frame's
+    CRC and skips a damaged one, samples and all) must hold that many, and the last frame, decoded after a seek,
+    must end exactly there (a frame cut short still parses as a packet of its full length, but does not decode).
+    None when the seek fails, the frames carry no timestamps, or the packets hold more than the total: then the
+    decoder's count decides."""
     total = _samples_at(stream.duration, stream, rate)
     if total is None or stream.time_base != Fraction(1, rate) or stream.start_time:
+        return None
+    if _packet_samples(container, stream, rate, part) != total:  # fewer: truncated_media, raised there
         return None
     try:
         container.seek(stream.duration - 1, stream=stream, backward=True)
@@ -222,10 +229,11 @@ def _mp3_samples(tag: Mp3Tag, stream, rate: int, part: str) -> int | None:
     return _samples_at(stream.duration, stream, rate) if stream.duration else None
 
 
-def _decoded_samples(container, stream, claimed: int | None, part: str) -> tuple[int, int]:
+def _decoded_samples(container, stream, claim: tuple[int, int] | None, part: str) -> tuple[int, int]:
     """(samples, rate) the decoder hands out, decoding every packet as ``decode_audio`` does; ``truncated_media``
-    when it ends short of ``claimed`` (by more than one codec frame) or the last packet was cut short."""
+    when it ends short of the header's ``claim`` (``_claim``) or the last packet was cut short."""
     codec = stream.codec_context.codec.canonical_name
+    claimed, slack = claim or (None, 0)
     samples, rate, packets, last_cut = 0, None, 0, False
     try:
         for packet in container.demux(stream):
@@ -247,7 +255,7 @@ def _decoded_samples(container, stream, claimed: int | None, part: str) -> tuple
     if last_cut:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: its last packet (of {packets}) runs "
                                                 "past the end of the file")  # fmt: skip
-    if claimed is not None and samples + (stream.codec_context.frame_size or 1152) < claimed:
+    if claimed is not None and samples + slack < claimed:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: the header says {claimed} samples, "
                                                 f"the data decodes to {samples}")  # fmt: skip
     return samples, rate or int(stream.codec_context.sample_rate)
@@ -263,13 +271,18 @@ def _packets(container, stream, part: str):
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: audio does not demux ({_line(exc)})") from None
 
 
-def _mp3_claim(data: bytes, stream, rate: int) -> int | None:
-    """The sample count an MP3's Xing / VBRI header gives FFmpeg's stream duration, to hold the decoded count to;
-    None for any other file, or an MP3 without one (then the duration is FFmpeg's estimate from the bit rate and
-    the file's size, no claim)."""
-    if stream.codec_context.codec.canonical_name != "mp3" or not stream.duration or mp3_tag(data) is None:
+def _claim(data: bytes, stream, rate: int) -> tuple[int, int] | None:
+    """(samples, slack): the length a header states exactly enough to hold the decoded count to, within ``slack``
+    samples: FLAC's STREAMINFO total (exact), or the count an MP3's Xing / VBRI header gives FFmpeg's duration
+    (one frame: a tag without LAME's delay and padding is off by the decoder's delay). None for any other file,
+    or an MP3 without a tag (then the duration is FFmpeg's estimate from the bit rate and the file's size)."""
+    codec = stream.codec_context.codec.canonical_name
+    if not stream.duration or codec not in ("flac", "mp3"):
         return None
-    return round(Fraction(stream.duration) * stream.time_base * rate)
+    samples = round(Fraction(stream.duration) * stream.time_base * rate)
+    if codec == "flac":
+        return (samples, 0) if stream.time_base == Fraction(1, rate) else None
+    return (samples, stream.codec_context.frame_size or 1152) if mp3_tag(data) is not None else None
 
 
 def _mono(frame) -> np.ndarray:

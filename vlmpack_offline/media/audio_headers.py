@@ -6,8 +6,8 @@
     WAV        "RIFF" size "WAVE" | "fmt " size format channels rate bytes/s block_align bits | ... |
                "data" size samples... (FFmpeg's demuxer clamps a size past the end and reads on: checked here)
     Ogg        pages: "OggS" version flags granule(8) serial(4) seq(4) crc(4) nsegs lacing[nsegs] body |
-               each inside the file; the last one flagged end-of-stream (RFC 3533), which a file cut at a
-               page boundary lacks
+               each inside the file and matching its CRC (a damaged page is dropped by FFmpeg, samples and
+               all); the last one flagged end-of-stream (RFC 3533), which a file cut at a page boundary lacks
     MP4 / M4A, Matroska / WebM, AVI: ``video_integrity.check_container``'s walks
 
 and returns what it read (``Walked``): the WAV's data chunk, the Ogg stream's last granule position and Opus
@@ -17,6 +17,7 @@ write into the first frame). ``audio.probe_audio`` turns these into sample count
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from .integrity import corrupt_error, cut_error
@@ -96,6 +97,9 @@ def _walk_ogg(data: bytes, part: str) -> Walked:
         if end > size:
             raise cut_error(part, "Ogg", f"its page at byte {pos} declares {end - pos} bytes, the file ends "
                                          f"{end - size} bytes before its end", size)  # fmt: skip
+        if _ogg_crc(data, pos, end) != int.from_bytes(data[pos + 22 : pos + 26], "little"):
+            raise corrupt_error(part, "Ogg", f"its page at byte {pos} fails its CRC (damaged data: FFmpeg drops "
+                                             "the page and its samples)")  # fmt: skip
         serials.add(bytes(data[pos + 14 : pos + 18]))
         last, pos = pos, end
     if last < 0:
@@ -110,6 +114,19 @@ def _walk_ogg(data: bytes, part: str) -> Walked:
     preskip = int.from_bytes(head[10:12], "little") if head[:8] == b"OpusHead" else None
     granule = int.from_bytes(data[last + 6 : last + 14], "little", signed=True)
     return Walked(ogg_granule=granule, ogg_serials=len(serials), opus_preskip=preskip)
+
+
+_BIT_REVERSED = bytes(int(f"{byte:08b}"[::-1], 2) for byte in range(256))
+
+
+def _ogg_crc(data: bytes, start: int, end: int) -> int:
+    """The CRC-32 of the page ``data[start:end]`` with its CRC field as zeros, as Ogg defines it (polynomial
+    0x04C11DB7, MSB first, initial value and final XOR 0), computed by zlib's C loop: zlib's CRC-32 is the same
+    polynomial bit-reversed, so on bit-reversed bytes it gives the bit-reversed CRC, and XOR-ing the CRC of as many
+    zero bytes removes its initial value and final XOR (CRCs are linear)."""
+    page = data[start : start + 22] + b"\0\0\0\0" + data[start + 26 : end]
+    raw = zlib.crc32(page.translate(_BIT_REVERSED)) ^ zlib.crc32(bytes(len(page)))
+    return int(f"{raw:032b}"[::-1], 2)
 
 
 def mp3_tag(data: bytes) -> Mp3Tag | None:
