@@ -110,8 +110,8 @@ def decode_audio(data: bytes, *, sampling_rate: int, part: str) -> np.ndarray:
     swresample's flushed length is within a sample or two of it). The average is what transformers' ``load_audio``
     does on its soundfile and torchaudio backends (``audio_utils.py``: ``waveform.mean``), where its torchcodec
     backend (``AudioDecoder(num_channels=1)``) lets swresample's matrix mix down; averaging before or after
-    resampling is the same up to float rounding, both being linear. Memory: the decoded clip once, in frames,
-    and the output."""
+    resampling is the same up to float rounding, both being linear. Memory: one decoded frame at a time at the
+    stream's rate, the mono output in chunks and once more fixed to its length: linear in the clip."""
     import av
 
     chunks: list[np.ndarray] = []
@@ -130,7 +130,7 @@ def decode_audio(data: bytes, *, sampling_rate: int, part: str) -> np.ndarray:
         except DropError:
             raise
         except Exception as exc:
-            codec = stream.codec_context.name
+            codec = stream.codec_context.codec.canonical_name
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: audio does not decode ({codec}: {_line(exc)})") from None
     if rate is None:
         raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the audio stream holds no audio (0 samples)")
@@ -311,6 +311,9 @@ def _opened(data: bytes, part: str) -> Iterator[tuple]:
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: no audio stream in this {container.format.name} file "
                                                   f"(its streams: {kinds})")  # fmt: skip
         stream = container.streams.audio[0]
+        if stream.codec_context is None:  # PyAV wraps no context around a codec its FFmpeg cannot decode
+            raise DropError(Reason.CORRUPT_MEDIA, f"{part}: PyAV's FFmpeg has no decoder for this audio stream's "
+                                                  f"codec (stream {stream.index})")  # fmt: skip
         stream.codec_context.thread_count = 1
         stream.codec_context.thread_type = "NONE"
         yield container, stream
