@@ -8,12 +8,12 @@
     position_ids  [0 1 2  0 1  0 1 2 3] per rope row   [A, 1, S] (the model's rope index) or [1, S]
     cu_seqlens    [0, 3, 5, 9]                          int32 [n+1]
     max_seqlen    4
-    n_images_per_sample [1, 0, 2]; n_videos_per_sample [0, 0, 1]
+    n_images_per_sample [1, 0, 2]; n_videos_per_sample [0, 0, 1]; n_audios_per_sample [0, 1, 0]
 
 ``vision`` holds the media tensors of all sub-samples, concatenated in pack
-order; ``n_images_per_sample`` / ``n_videos_per_sample`` say which rows belong
-to which sub-sample, so a pipeline-parallel schedule can cut a pack into
-micro-batches at sub-sample boundaries.
+order; ``n_images_per_sample`` / ``n_videos_per_sample`` / ``n_audios_per_sample``
+say which rows belong to which sub-sample (an audio field: one row per audio), so a
+pipeline-parallel schedule can cut a pack into micro-batches at sub-sample boundaries.
 
 Batches pickle (DataLoader workers send them to the main process): a worker that
 built one calls ``ensure_picklable`` first, so a field that cannot cross the
@@ -78,6 +78,7 @@ class PackBatch:
     vision: VisionInputs  # pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw, ...
     n_images_per_sample: torch.Tensor  # long [n], images per segment
     n_videos_per_sample: torch.Tensor  # long [n], videos per segment
+    n_audios_per_sample: torch.Tensor | None = None  # long [n], audios per segment (the encoder always sets it)
     loss_weights: torch.Tensor | None = None  # float [1, S]: 1/n_label_tokens of its segment, else 0
     n_dummy_segments: int = 0  # trailing segments added by dummy_image_for_text_packs (no loss)
     position: PackPosition | None = None  # epoch + index in the rank's order (PackDataset), for state_dict
@@ -199,6 +200,7 @@ class PackBatch:
             vision=self.vision.to(device),
             n_images_per_sample=move(self.n_images_per_sample),
             n_videos_per_sample=move(self.n_videos_per_sample),
+            n_audios_per_sample=move(self.n_audios_per_sample),
             loss_weights=move(self.loss_weights),
             n_dummy_segments=self.n_dummy_segments,
             position=self.position,

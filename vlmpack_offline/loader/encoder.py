@@ -18,10 +18,11 @@ Then segments are concatenated and ``cu_seqlens`` records where each starts.
 A processor family (a model type without a hand-written module in ``families/``: Gemma 4, GLM-5-Next,
 Qwen-Omni, ...) takes steps 2-4 from its own HF processor instead (``processor_pack.py``): the pack's
 sub-samples, rendered and decoded as the scan saw them (images as opened; videos at the frames the
-scan's own probe chose), go through one processor call as a batch; each row is length-checked and
-labelled, the model's own rope index gives its positions, and every field the model's forward takes
-(``mm_token_type_ids``, ERNIE's ``moe_mm_token_type_ids``, ``video_second_per_grid``, ...) rides in
-the vision container.
+scan's own probe chose; audio decoded to mono at the feature extractor's rate, ``ProcessorPack.audio``: the
+scan's own decode), go through one processor call as a batch (one per sub-sample where the pack holds audio:
+``processor_pack.py`` says why); each row is length-checked and labelled, the model's own rope index gives its
+positions, and every field the model's forward takes (``mm_token_type_ids``, ERNIE's ``moe_mm_token_type_ids``,
+``video_second_per_grid``, ``input_features``, ``feature_attention_mask``, ...) rides in the vision container.
 
 A media part that cannot be read or decoded (steps 1 and 4) raises ``MediaDecodeError`` naming the pack, the
 sample, the packed shard and member and the fix, instead of the decoder's own error from a DataLoader worker.
@@ -52,7 +53,7 @@ import torch
 from PIL import Image
 
 from ..config import Config
-from ..conversation import Conversation, MediaRef
+from ..conversation import MEDIA_KINDS, Conversation, MediaRef
 from ..errors import LengthMismatchError, MediaDecodeError, VlmpackError
 from ..families import family_for
 from ..media import decode_frames, probe_video
@@ -91,6 +92,7 @@ class _Segment:
     media: tuple[dict, ...]  # processor output per media item, in order
     n_images: int
     n_videos: int
+    n_audios: int = 0
     token_type_ids: torch.Tensor | None = None  # long [L] for models that take it (Gemma3: 1 on image tokens)
     token_fields: Mapping[str, torch.Tensor] | None = None  # processor families: [1, L] per-token fields
 
@@ -114,7 +116,7 @@ def _conversation(sub: PackedSubSample) -> Conversation:
         MediaRef(kind=item["type"], part=item[item["type"]])
         for message in sub.messages
         for item in message["content"]
-        if isinstance(item, dict) and item.get("type") in ("image", "video")
+        if isinstance(item, dict) and item.get("type") in MEDIA_KINDS
     )
     return Conversation(messages=tuple(sub.messages), media=media)
 
@@ -183,6 +185,9 @@ class PackEncoder:
         for ref in conversation.media:
             if ref.part not in media:
                 raise KeyError(f"pack {pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
+            if ref.kind == "audio":  # the scan drops audio for a family module (unsupported_media)
+                raise ValueError(f"pack {pack_id}, sample {sub.id!r}: audio part {ref.part!r} for {self.rules.model_type}, "
+                                 "whose family module takes no audio: rerun scan/plan/write with this processor folder")  # fmt: skip
             data = media[ref.part]
             with _decoding(pack_id, sub.id, [ref.part], shard):
                 if ref.kind == "image":
@@ -241,7 +246,7 @@ class PackEncoder:
         subs = []
         for sub in pack.samples:
             conversation = _conversation(sub)
-            images, videos, metadata = [], [], []
+            images, videos, metadata, audios = [], [], [], []
             for ref in conversation.media:
                 if ref.part not in media:
                     raise KeyError(f"pack {pack.pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
@@ -250,17 +255,21 @@ class PackEncoder:
                         image = Image.open(io.BytesIO(media[ref.part]))
                         image.load()
                         images.append(image)
+                    elif ref.kind == "audio":  # mono at the feature extractor's rate, as the scan decoded it
+                        audios.append(self.pack_processor.audio(media[ref.part], part=ref.part))
                     else:  # the scan's own probe: the frames it counted, at the size it passed them
                         info = self.counter.probe("video", media[ref.part], part=ref.part)
                         sampling = info.sampling if isinstance(info, VideoMedia) else info.video.sampling
                         videos.append(decode_frames(media[ref.part], sampling))
                         metadata.append(video_metadata(sampling))
             subs.append(SubSampleMedia(sample_id=sub.id, conversation=conversation, token_len=sub.token_len,
-                                       images=tuple(images), videos=tuple(videos), video_metadata=tuple(metadata)))  # fmt: skip
+                                       images=tuple(images), videos=tuple(videos), video_metadata=tuple(metadata),
+                                       audios=tuple(audios)))  # fmt: skip
         rows, fields = self.pack_processor.rows(pack.pack_id, subs, check_lengths=self.options.check_lengths)
         segments = [
             _Segment(sample_id=sub.sample_id, input_ids=row.input_ids, labels=row.labels, positions=row.positions,
-                     media=(), n_images=len(sub.images), n_videos=len(sub.videos), token_fields=row.token_fields)
+                     media=(), n_images=len(sub.images), n_videos=len(sub.videos), n_audios=len(sub.audios),
+                     token_fields=row.token_fields)
             for sub, row in zip(subs, rows, strict=True)
         ]  # fmt: skip
         return segments, fields
@@ -320,6 +329,7 @@ class PackEncoder:
             if self.pack_processor is not None else concat_vision_inputs([m for s in segments for m in s.media]),
             n_images_per_sample=torch.tensor([s.n_images for s in segments], dtype=torch.long),
             n_videos_per_sample=torch.tensor([s.n_videos for s in segments], dtype=torch.long),
+            n_audios_per_sample=torch.tensor([s.n_audios for s in segments], dtype=torch.long),
             loss_weights=weights,
             n_dummy_segments=n_dummy,
             token_type_ids=(
