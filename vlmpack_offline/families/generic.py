@@ -11,10 +11,14 @@ how an item of a given size expands (``generic_fields.py``) and the folder passe
                 the processor's call hands it (processor_frames.processor_rule); a refusal is a drop naming
                 the rule. Fields from (frames, height, width) + VideoMetadata(frames_indices) ->
                 processor.replace_video_token(fields, 0, **videos_kwargs)
+    audio       the lengths of every clip in the processor call (the sample's clips, ``in_sample``) at the feature
+                extractor's rate -> the processor's own _process_audio with a stand-in feature extractor that
+                returns its frame mask from lengths (audio_rules.py) -> each clip's replacement
     text        the chat template + the processor's tokenizer (the processor may add tokens of its own: the
                 special tokens its call puts around every text, measured once, ``text_edges``)
-    count       len(tokenize(replacement)), cached per size key; media tokens = the replacement's ids among the
-                processor's image_token_ids / video_token_ids (what its mm_token_type_ids mark)
+    count       len(tokenize(replacement)), cached per size key (audio: per call's lengths); media tokens = the
+                replacement's ids among the processor's image / video / audio token ids (what its
+                mm_token_type_ids mark)
 
 The replacement is what the processor's own ``__call__`` splices in for the item (start / end / row /
 timestamp tokens included), so a family changed upstream stays counted right; the proof at folder load
@@ -27,15 +31,17 @@ The ``video:`` section's sampling fields are not read (the processor samples wit
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
+from .audio_rules import AudioEncoder, audio_encoder_for, audio_rule_for
 from .base import Size, SpecialTokens
 from .generic_fields import ItemFields, adapter_for
 
@@ -69,8 +75,8 @@ class Expansion:
 
     text: str  # the exact string the processor splices in for the item's placeholder
     tokens: int  # its tokens
-    media_tokens: int  # those among the processor's image / video token ids
-    encoder_patches: int  # vision-encoder patches (generic_fields.py)
+    media_tokens: int  # those among the processor's image / video / audio token ids
+    encoder_patches: int  # encoder patches (generic_fields.py; audio: the audio encoder's tokens, audio_rules.py)
     encoder_attention: int  # sum over the encoder's attention blocks of (patches in the block)**2
 
 
@@ -109,11 +115,17 @@ class GenericFamily:
         self.takes_video = getattr(processor, "video_processor", None) is not None and bool(getattr(processor, "video_token", None))
         self.no_video_reason = f"{type(processor).__name__} has no video processor or video token"
         self.frame_rule = processor_rule(processor, path=path, kwargs=kwargs) if self.takes_video else None
-        media = [*processor.image_token_ids, *(processor.video_token_ids if self.takes_video else [])]
+        # audio: replace_audio_token gets the merged audio keywords (ProcessorMixin._process_audio)
+        self.audio_rule, self.no_audio_reason = audio_rule_for(processor, merged["audio_kwargs"])
+        self.takes_audio = self.audio_rule is not None
+        self.path = path
+        media = [*processor.image_token_ids, *(processor.video_token_ids if self.takes_video else []),
+                 *(processor.audio_token_ids if self.takes_audio else [])]  # fmt: skip
         self.media_ids = frozenset(i for i in media if isinstance(i, int))
         self.text_prefix, self.text_suffix = _text_edges(processor)
         self._image = functools.lru_cache(maxsize=65536)(self._image_expansion)
         self._video = functools.lru_cache(maxsize=16384)(self._video_expansion)
+        self._audio = functools.lru_cache(maxsize=16384)(self._audio_expansions)
 
     # -- what the processor writes ---------------------------------------------------------------------
     def _expansion(self, text: str, fields: ItemFields) -> Expansion:
@@ -134,18 +146,59 @@ class GenericFamily:
         text = self.processor.replace_video_token(copy.deepcopy(fields.fields), 0, **self._replace_videos)
         return self._expansion(text, fields)
 
+    @functools.cached_property
+    def audio_encoder(self) -> AudioEncoder | None:
+        """The model's audio encoder, for the items' encoder work (read on the first audio item)."""
+        return audio_encoder_for(self.path)[0]
+
+    def _audio_expansions(self, lengths: tuple[int, ...]) -> tuple[Expansion, ...]:
+        """Every clip of one processor call (``lengths`` at the feature extractor's rate), in order."""
+        call = self.audio_rule.call(lengths)
+        out = []
+        for text, frames in zip(call.replacements, call.frames, strict=True):
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            patches, attention = self.audio_encoder.work(frames) if self.audio_encoder is not None else (0, 0)
+            out.append(Expansion(text=text, tokens=len(ids), media_tokens=sum(1 for i in ids if i in self.media_ids),
+                                 encoder_patches=patches, encoder_attention=attention))  # fmt: skip
+        return tuple(out)
+
+    def _audio_item(self, media: MediaInfo, *, part: str) -> Expansion:
+        """The clip's expansion within its call (``media.in_call``; alone when empty): a clip the processor gives
+        no audio token is refused (a zero-length or too short clip would train on nothing)."""
+        from ..media.audio import resampled_length
+
+        call = media.in_call or ((media.samples, media.sample_rate),)
+        if (media.samples, media.sample_rate) not in call:
+            raise ValueError(f"an audio item of {media.samples} samples at {media.sample_rate} Hz is not in its call {call}")
+        lengths = tuple(resampled_length(n, rate, self.audio_rule.sampling_rate) for n, rate in call)
+        index = call.index((media.samples, media.sample_rate))
+        expansion = self._audio(lengths)[index]
+        if not expansion.media_tokens:
+            raise DropError(Reason.UNSUPPORTED_MEDIA, (
+                f"{part}: {type(self.processor).__name__} gives this clip no audio token ({media.samples} samples at "
+                f"{media.sample_rate} Hz, {lengths[index]} at {self.audio_rule.sampling_rate} Hz): too short to "
+                "train on"))  # fmt: skip
+        return expansion
+
     def expansion(self, media: MediaInfo, *, part: str = "") -> Expansion:
         """The item's replacement (cached per size key); a size the processor's rule refuses is a ``DropError``."""
         try:
             if media.kind == "image":
                 return self._image(media.height, media.width)
+            if media.kind == "audio":
+                return self._audio_item(media, part=part or "audio")
             s = media.sampling
             return self._video(tuple(s.frame_indices), s.native_fps, s.total_frames, s.resized_height, s.resized_width)
         except DropError:
             raise
         except Exception as exc:  # the processor's own size rule refuses the item (aspect, minimum ...)
-            what = type(self.processor.image_processor if media.kind == "image" else self.processor.video_processor).__name__
-            raise _drop_for(exc, f"{what}'s size rule", part=part or media.kind) from None
+            raise _drop_for(exc, self._rule_name(media), part=part or media.kind) from None
+
+    def _rule_name(self, media: MediaInfo) -> str:
+        if media.kind == "audio":
+            return f"{type(self.processor).__name__}'s audio rule ({self.audio_rule.feature_extractor})"
+        owner = self.processor.image_processor if media.kind == "image" else self.processor.video_processor
+        return f"{type(owner).__name__}'s size rule"
 
     # -- the Family interface -----------------------------------------------------------------------------
     def settings(self, path: Path, image: dict, kwargs: dict, processor: dict) -> dict:
@@ -155,15 +208,30 @@ class GenericFamily:
         video = getattr(self.processor, "video_token", None) if self.takes_video else None
         default = SpecialTokens()  # a kind the processor has no token for keeps a pad that the text never holds
         return SpecialTokens(image_pad=getattr(self.processor, "image_token", None) or default.image_pad,
-                             video_pad=video or default.video_pad)
+                             video_pad=video or default.video_pad,
+                             audio_pad=getattr(self.processor, "audio_token", None) or default.audio_pad)
+
+    def in_sample(self, rules: ModelRules, media: Sequence[MediaInfo]) -> Sequence[MediaInfo]:
+        """The sample's items with each audio item's ``in_call`` set to every audio of the sample: the processor
+        call pads them together, so a clip's count may depend on the longest (audio_rules.py); others unchanged."""
+        call = tuple((m.samples, m.sample_rate) for m in media if m.kind == "audio")
+        if not call:
+            return media
+        return [dataclasses.replace(m, in_call=call) if m.kind == "audio" else m for m in media]
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:
         return f"{self.text_prefix}{text}{self.text_suffix}"
 
     def check(self, rules: ModelRules, media: MediaInfo, *, part: str) -> None:
+        """The item as the processor takes it ALONE: an audio clip its processor refuses, or gives no audio token,
+        in a call of its own is refused, naming it, even where a longer clip in the same call would pad it into a
+        frame or two (Qwen3-Omni: a clip under 201 samples); a call that refuses its clips together is refused
+        when the sample is counted."""
         if media.kind == "image" and not self.takes_image:
             raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {type(self.processor).__name__} takes no image")
-        self.expansion(media, part=part)
+        if media.kind == "audio" and not self.takes_audio:
+            raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {self.name}: {self.no_audio_reason}")
+        self.expansion(dataclasses.replace(media, in_call=()) if media.kind == "audio" else media, part=part)
 
     def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
         return self.expansion(media).text

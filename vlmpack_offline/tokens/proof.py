@@ -7,6 +7,11 @@ taken only when every replacement string and every whole-sample ``input_ids`` le
     images   12 sizes: squares, 4:3, 16:9 and 9:16, 1:15 and 15:1, 1:300 (past Qwen-style aspect limits),
              tiny (17 x 33, 1 x 1), odd, large; plus one sample with two images
     videos   8 clips of 10 .. 200 frames at 2 .. 30 fps (below, at and above 32-frame and 2 fps rules)
+    audios   where the family takes audio: 11 clips (in samples at the feature extractor's rate: below one frame,
+             around 10 and 100 hops, around 1 s and 2 s chunks, around 30 s where Whisper-sized extractors cut
+             or chunk) and two samples of several clips of different lengths in ONE call (the shorter ones padded
+             to the longest); a clip the generic path refuses for giving no audio token agrees with a real
+             processor that gives it none or refuses it
     sample   the folder's chat template around each item ("Describe ...", one assistant answer)
     compare  the item's replacement (processor(..., return_text_replacement_offsets=True)), the sample's
              len(input_ids) against TokenCounter.count; a size both refuse agrees, one refused by one side
@@ -44,7 +49,7 @@ from ..conversation import Conversation, MediaRef
 from ..disk_cache import key_of, read_json, write_json
 from ..reasons import DropError
 
-__all__ = ["PROOF_IMAGES", "PROOF_VIDEOS", "SUITE_PROVEN", "SUITE_TRANSFORMERS", "Verdict", "prove_folder"]
+__all__ = ["PROOF_AUDIOS", "PROOF_AUDIO_CALLS", "PROOF_IMAGES", "PROOF_VIDEOS", "SUITE_PROVEN", "SUITE_TRANSFORMERS", "Verdict", "prove_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,10 @@ PROOF_PAIR = ((300, 400), (512, 256))  # one sample with two images
 # (frames, fps, height, width)
 PROOF_VIDEOS = ((10, 2.0, 64, 96), (16, 24.0, 120, 200), (31, 30.0, 90, 160), (32, 24.0, 240, 320),
                 (48, 24.0, 144, 256), (95, 29.97, 360, 202), (150, 30.0, 120, 200), (200, 25.0, 100, 100))  # fmt: skip
+
+# audio clips, in samples at the feature extractor's rate (Whisper and Gemma4: 16 kHz, hop 160)
+PROOF_AUDIOS = (80, 1599, 1600, 1601, 15999, 16000, 16161, 32000, 32159, 479999, 480001)
+PROOF_AUDIO_CALLS = ((1600, 33333, 16080), (16010, 16160))  # several clips in one sample: padded together
 
 _CANONICAL_VIDEO = (64, 32.0, 144, 256)  # a clip every rule here takes: whether the real processor runs at all
 
@@ -72,7 +81,8 @@ SUITE_PROVEN: dict[str, frozenset[str]] = {
 }
 
 _SOURCES = ("families/generic.py", "families/generic_fields.py", "families/video_rules.py",
-            "families/processor_frames.py", "tokens/proof.py", "tokens/processor_parts.py")  # fmt: skip
+            "families/processor_frames.py", "families/audio_rules.py", "media/audio.py", "tokens/proof.py",
+            "tokens/processor_parts.py")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +133,9 @@ def _prove(model: ModelConfig, model_type: str) -> Verdict:
     checker = _Checker(rules, family, oracle, model)
     proven: list[str] = []
     suite: list[str] = []
-    for kind, takes, run in (("image", family.takes_image, checker.images), ("video", family.takes_video, checker.videos)):
+    kinds = (("image", family.takes_image, checker.images), ("video", family.takes_video, checker.videos),
+             ("audio", family.takes_audio, checker.audios))  # fmt: skip
+    for kind, takes, run in kinds:
         if not takes:
             continue
         try:
@@ -142,7 +154,7 @@ def _prove(model: ModelConfig, model_type: str) -> Verdict:
             return Verdict(ok=False, line=mismatch)
         proven.append(f"{count} {kind}s")
     if not proven and not suite:
-        return Verdict(ok=False, line=f"{type(family.processor).__name__} takes neither images nor videos here")
+        return Verdict(ok=False, line=f"{type(family.processor).__name__} takes no images, videos or audio here")
     if not suite:
         return Verdict(ok=True, line=f"proved: {', '.join(proven)}")
     by_suite = f"{' and '.join(suite)}: by the test suite for transformers {SUITE_TRANSFORMERS}"
@@ -196,7 +208,7 @@ class _Checker:
     def _generic(self, conversation: Conversation, media) -> tuple[int, list[str]] | DropError:
         try:
             count = self.counter.count(conversation, media).token_len
-            return count, [self.family.expansion(m).text for m in media]
+            return count, [self.family.expansion(m).text for m in self.counter.expander.in_sample(media)]
         except DropError as exc:
             return exc
 
@@ -293,6 +305,41 @@ class _Checker:
         picked = list(sampling.frame_indices)
         metadata.frames_indices = picked
         return generic, self._real(rendered, videos=[pixels[picked]], video_metadata=[metadata], do_sample_frames=False)
+
+
+    # -- audio ----------------------------------------------------------------------------------------
+    def audios(self) -> tuple[int, str]:
+        rate = self.family.audio_rule.sampling_rate
+        generic, real = self._audio_sample((rate,))
+        if isinstance(real, Exception) and not isinstance(generic, DropError):
+            raise _CannotRun(f"{type(real).__name__}: {str(real)[:200]}")
+        checked = 0
+        for lengths in [*((n,) for n in PROOF_AUDIOS), *PROOF_AUDIO_CALLS]:
+            generic, real = self._audio_sample(lengths)
+            what = " + ".join(f"{n}-sample" for n in lengths) + f" audio at {rate} Hz"
+            if mismatch := self._mismatch(what, generic, real):
+                return checked, mismatch
+            checked += len(lengths)
+        return checked, ""
+
+    def _audio_sample(self, lengths: tuple[int, ...]):
+        import numpy as np
+
+        from .media_info import AudioMedia
+
+        rate = self.family.audio_rule.sampling_rate
+        conversation = self._conversation(("audio",) * len(lengths))
+        rendered, _ = self.counter.render(conversation)
+        media = [AudioMedia(samples=n, sample_rate=rate, channels=1) for n in lengths]
+        clips = [(0.1 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32) for n in lengths]
+        real = self._real(rendered, audio=clips)
+        if not isinstance(real, Exception) and not all(_holds_audio(self.family, text) for text in real[1]):
+            real = ValueError("the real processor gives a clip no audio token")  # the generic path refuses such a clip
+        return self._generic(conversation, media), real
+
+
+def _holds_audio(family, text: str) -> bool:
+    return any(i in family.media_ids for i in family.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 # -- the cache ------------------------------------------------------------------------------------------
