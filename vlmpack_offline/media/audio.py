@@ -18,8 +18,9 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
                                                                            frame, decoded after a seek, ends there
     mp3 with a gapless tag    FFmpeg's stream duration (Xing frames less   the file holds every byte the Xing
     (LAME / Lavf / Lavc)      LAME's delay and padding, as it trims them)  header counts
-    opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file, the last one
-                              to FFmpeg's duration - its codec delay       ends the stream (audio_headers.walk)
+    opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file and match their
+                              to FFmpeg's duration - its codec delay       CRCs, the last one ends the stream
+                                                                           (audio_headers.walk)
     everything else (aac,     decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
     vorbis, mp3 untagged,     loader's decoder's                           VBRI count is not above it (one frame
     flac without a count...)                                               of slack)
