@@ -28,6 +28,7 @@ count (Qwen3-Omni), so a loader that batched the pack's audio would not make the
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import io
@@ -40,6 +41,7 @@ import numpy as np
 import pytest
 import torch
 from _family_kit import text_item
+from _folders_2026 import every_frame
 from PIL import Image
 
 from vlmpack_offline.config import config_from_dict
@@ -48,7 +50,7 @@ from vlmpack_offline.loader.labels import IGNORE_INDEX
 from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.audio import encode_audio
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
-from vlmpack_offline.synthetic.shards import image_bytes
+from vlmpack_offline.synthetic.shards import image_bytes, video_bytes
 from vlmpack_offline.synthetic.tiny_models import tiny_omni
 
 pytestmark = pytest.mark.slow
@@ -61,6 +63,8 @@ CLIPS = {"a0.wav": (15400, 1, 1), "a1.wav": (41000, 2, 2), "a2.wav": (24160, 1, 
 MEDIA = {**{part: encode_audio("wav", samples=n, sample_rate=RATE, channels=c, seed=seed)
             for part, (n, c, seed) in CLIPS.items()},
          "m0.jpg": image_bytes(224, 224, seed=1), "m1.png": image_bytes(120, 300, fmt="PNG", seed=2)}  # fmt: skip
+# the clip of the audio + video pack: (frames, fps, width, height), as tests/test_packed_forward_2026.py's
+VIDEO = {"qwen3_omni_moe": (8, 4, 64, 48), "qwen2_5_omni": (8, 4, 64, 48), "gemma4": (32, 8, 64, 48)}
 
 
 def _audio(part: str) -> dict:
@@ -69,6 +73,10 @@ def _audio(part: str) -> dict:
 
 def _image(part: str) -> dict:
     return {"type": "image", "image": part}
+
+
+def _video(part: str) -> dict:
+    return {"type": "video", "video": part}
 
 
 # pack -> sub-samples (user content, assistant answer)
@@ -87,6 +95,11 @@ PACKS = {
         ([_audio("a2.wav"), text_item("Describe it.")], "A tone with some noise."),
         ([text_item("Say hello to everyone in this room, please.")], "Hello there, everyone in the room!"),
         ([text_item("Listen:"), _audio("a0.wav")], "It hums."),
+    ],
+    "audio_video": [  # a video and an audio item apart (not the video's own track: use_audio_in_video)
+        ([_video("v0.mp4"), _audio("a0.wav"), text_item("Does the sound go with it?")], "It could."),
+        ([_audio("a2.wav"), text_item("And this?")], "A tone."),
+        ([_video("v0.mp4"), text_item("What moves?")], "A bar that drifts to the right."),
     ],
 }
 FAMILIES = ("qwen3_omni_moe", "qwen2_5_omni", "gemma4")
@@ -138,6 +151,9 @@ def alone(processor, sub: PackedSubSample, media: dict[str, bytes], **kwargs) ->
     text = processor.apply_chat_template(messages, tokenize=False)
     images = [Image.open(io.BytesIO(media[p])) for p in _parts(sub, "image")]
     audio = [wav_mono(media[p]) for p in _parts(sub, "audio")]
+    videos = [every_frame(media[p]) for p in _parts(sub, "video")]  # the processor samples them by its own rule
+    if videos:
+        kwargs.update(videos=[v for v, _ in videos], video_metadata=[m for _, m in videos])
     return dict(processor(text=[text], images=images or None, audio=audio or None, return_tensors="pt", **kwargs))
 
 
@@ -162,12 +178,17 @@ def _forget_cases():
 def _case(model_type: str, tmp_path_factory) -> Case:
     """The folder, tiny model, loader and oracle processor of one family, built once."""
     if model_type not in _CASES:
-        folder = build_processor_dir(tmp_path_factory.mktemp(model_type), model_type, layout="transformers5", video=False)
+        folder = build_processor_dir(tmp_path_factory.mktemp(model_type), model_type, layout="transformers5", video=True)
         model = tiny_omni(model_type, folder)  # before the loader: it reads the model's config from the folder
         config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}}},
                                   source="test")  # fmt: skip
         _CASES[model_type] = Case(model_type, model, oracle_processor(folder), PackEncoder(config, EncoderOptions()), folder)
     return _CASES[model_type]
+
+
+@functools.cache
+def _media(model_type: str) -> dict[str, bytes]:
+    return {**MEDIA, "v0.mp4": video_bytes(*VIDEO[model_type], seed=5)}
 
 
 def _pack(case: Case, name: str) -> tuple[PackedSample, list[dict]]:
@@ -176,13 +197,15 @@ def _pack(case: Case, name: str) -> tuple[PackedSample, list[dict]]:
                             messages=({"role": "user", "content": user},
                                       {"role": "assistant", "content": [text_item(answer)]}))
             for i, (user, answer) in enumerate(PACKS[name])]  # fmt: skip
-    oracle = [alone(case.processor, sub, MEDIA) for sub in subs]
+    oracle = [alone(case.processor, sub, _media(case.model_type)) for sub in subs]
     subs = [PackedSubSample(id=s.id, token_len=len(o["input_ids"][0]), media_tokens=0, messages=s.messages)
             for s, o in zip(subs, oracle, strict=True)]  # fmt: skip
     return PackedSample(pack_id=0, capacity=sum(s.token_len for s in subs), split="train", samples=tuple(subs)), oracle
 
 
-CASES = [pytest.param(t, p, id=f"{t}-{p}") for t in FAMILIES for p in PACKS]
+# every video processor needs torchvision: the audio + video packs run where it is (.venv-ref)
+CASES = [pytest.param(t, p, id=f"{t}-{p}", marks=[pytest.mark.torchvision] if p == "audio_video" else [])
+         for t in FAMILIES for p in PACKS]  # fmt: skip
 
 
 def _bounds(batch) -> list[tuple[int, int]]:
@@ -203,7 +226,7 @@ def _audio_token_id(processor) -> int:
 def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(model_type, pack_name, tmp_path_factory):
     case = _case(model_type, tmp_path_factory)
     pack, oracle = _pack(case, pack_name)
-    batch = case.encoder.encode(pack, MEDIA)
+    batch = case.encoder.encode(pack, _media(model_type))
     assert batch.n_audios_per_sample.tolist() == [len(_parts(s, "audio")) for s in pack.samples]
     audio_id = _audio_token_id(case.processor)
     for (start, end), out, sub in zip(_bounds(batch), oracle, pack.samples, strict=True):
@@ -238,7 +261,7 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(model_type, pa
 def test_positions_are_the_models_own_rope_index_on_each_sub_sample(model_type, pack_name, tmp_path_factory):
     case = _case(model_type, tmp_path_factory)
     pack, oracle = _pack(case, pack_name)
-    batch = case.encoder.encode(pack, MEDIA)
+    batch = case.encoder.encode(pack, _media(model_type))
     for (start, end), out in zip(_bounds(batch), oracle, strict=True):
         if model_type not in ROPE:
             assert torch.equal(batch.position_ids[..., start:end], torch.arange(end - start)[None])
@@ -247,7 +270,7 @@ def test_positions_are_the_models_own_rope_index_on_each_sub_sample(model_type, 
         with torch.no_grad():  # the Thinker's own function, as its forward calls it
             expected, _ = case.model.model.get_rope_index(
                 out["input_ids"], out.get("image_grid_thw"), out.get("video_grid_thw"), out["attention_mask"],
-                audio_seqlens=None if mask is None else mask.sum(-1),
+                audio_seqlens=None if mask is None else mask.sum(-1), second_per_grids=out.get("video_second_per_grid"),
             )  # fmt: skip
         assert batch.position_ids.shape[0] == 3
         assert torch.equal(batch.position_ids[..., start:end], expected)
@@ -257,7 +280,7 @@ def test_positions_are_the_models_own_rope_index_on_each_sub_sample(model_type, 
 def test_a_packed_forward_equals_each_sub_sample_alone(model_type, pack_name, tmp_path_factory):
     case = _case(model_type, tmp_path_factory)
     pack, oracle = _pack(case, pack_name)
-    batch = case.encoder.encode(pack, MEDIA)
+    batch = case.encoder.encode(pack, _media(model_type))
     kwargs = batch.model_kwargs("sdpa", with_labels=False)
     scored = batch.labels[0] != IGNORE_INDEX
     keep = "logits_to_keep" in inspect.signature(case.model.forward).parameters

@@ -158,8 +158,8 @@ def _joined(parts: list[dict[str, Any]], audio_fields: frozenset[str]) -> dict[s
         if len(shapes) > 1 and name not in audio_fields:
             raise ValueError(
                 f"the processor's field {name!r} has shapes {sorted(shapes)} in the calls of one pack with audio (one "
-                "call per sub-sample, module doc); only audio fields are padded to join them: pack audio samples apart "
-                "(packing.group_by: media_type) or give this family a module in families/"
+                "call per sub-sample, module doc), and the loader pads only audio fields to join them: this family's "
+                f"packs with audio need a rule for {name!r} in vlmpack_offline/loader/processor_pack.py"
             )
         out[name] = torch.cat([_zero_padded(v, shapes) for v in values]) if len(shapes) > 1 else torch.cat(values)
     return out
@@ -257,7 +257,8 @@ class ProcessorPack:
             return self._made(out, [_items_of(media, subs, index) for index in range(len(subs))]), media
         outs = [self._call([text], [sub]) for text, sub in zip(texts, subs, strict=True)]
         made = [part for out in outs for part in self._made(out, [_media_of(out)])]
-        return made, _joined([_media_of(out) for out in outs], self._audio_fields)
+        taken = [{k: v for k, v in _media_of(out).items() if self._takes(k)} for out in outs]
+        return made, _joined(taken, self._audio_fields)
 
     def rows(self, pack_id: int, subs: Sequence[SubSampleMedia], *, check_lengths: bool = True
              ) -> tuple[list[Row], dict[str, torch.Tensor]]:  # fmt: skip
