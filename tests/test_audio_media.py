@@ -288,3 +288,20 @@ def test_long_clips_probe_to_the_decoded_count(container):
         assert (info.samples, info.sample_rate) == _decoded(data), (container, rate)
         audio = decode_audio(data, sampling_rate=16000, part="long")
         assert len(audio) == resampled_length(info.samples, info.sample_rate, 16000)
+
+
+def test_a_damaged_mp3_frame_in_the_middle_passes_the_probe_and_fails_decode_check():
+    """The probe reads the gapless tag's count and checks the file holds the bytes it names: a frame header broken
+    in the middle leaves both whole. ``scan.decode_check`` (check_decodes) decodes to the end and drops it."""
+    from vlmpack_offline.media.audio import check_decodes
+
+    data = bytearray(encode_audio("mp3", samples=44100 * 3, sample_rate=44100))
+    syncs = [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] & 0xE0 == 0xE0]
+    middle = syncs[len(syncs) // 2]
+    data[middle : middle + 2] = b"\0\0"
+    info = probe_audio(bytes(data), part="a.mp3")
+    assert info.samples == 44100 * 3
+    with pytest.raises(DropError) as caught:
+        check_decodes(bytes(data), samples=info.samples, part="a.mp3")
+    assert caught.value.reason == Reason.CORRUPT_MEDIA and "a.mp3" in str(caught.value)
+    check_decodes(encode_audio("mp3", samples=44100 * 3, sample_rate=44100), samples=info.samples, part="a.mp3")

@@ -53,7 +53,7 @@ import numpy as np
 from ..reasons import DropError, Reason
 from .audio_headers import Mp3Tag, Walked, mp3_tag, walk
 
-__all__ = ["AudioInfo", "probe_audio", "decode_audio", "resampled_length"]
+__all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
 
 # FFmpeg reads this many bytes of packets to fill in stream facts (avformat_find_stream_info) before the first
 # demux: its default, 5 MB, is half a minute of 44.1 kHz stereo PCM read on every open (23 ms of a WAV probe's 24).
@@ -145,6 +145,17 @@ def decode_audio(data: bytes, *, sampling_rate: int, part: str) -> np.ndarray:
         out[at : at + take] = chunk[:take]
         at += take
     return out
+
+
+def check_decodes(data: bytes, *, samples: int, part: str) -> None:
+    """``scan.decode_check`` for audio: the stream decodes to its end, to exactly the ``samples`` its probe counted.
+    A damaged frame in the middle that the decoder skips (an MP3 frame header, an ALAC packet) leaves the file's
+    ends and header whole, so only a decode finds it; ``corrupt_media`` naming both counts."""
+    with _opened(data, part) as (container, stream):
+        decoded, _ = _decoded_samples(container, stream, None, part)
+    if decoded != samples:
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the audio decodes to {decoded} samples where its header and "
+                                              f"packets hold {samples}: a damaged frame the decoder skipped")  # fmt: skip
 
 
 def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part: str) -> int | None:

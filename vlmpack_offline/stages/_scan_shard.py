@@ -296,11 +296,11 @@ def _decode(kind: str, data: bytes, info, *, part: str) -> None:
         if kind == "image":
             with open_image(data, part=part) as image:
                 image.load()
-        elif kind == "audio":  # every sample, at the stream's own rate (media/audio.py)
-            from ..media.audio import decode_audio
+        elif kind == "audio":  # every sample, as many as the probe counted (media/audio.py)
+            from ..media.audio import check_decodes
 
             audio = info if isinstance(info, AudioMedia) else info.audio
-            decode_audio(data, sampling_rate=audio.sample_rate, part=part)
+            check_decodes(data, samples=audio.samples, part=part)
         else:
             sampling = _video_media(info).sampling
             frames = decode_frames(data, sampling, resize=False)
