@@ -1,0 +1,152 @@
+"""No audio is lost silently: every input form of audio, scanned as a new user's shards, ends in an ok sample
+counted exactly, or in a drop with its reason and the member named, or in the unused-media count.
+
+The corpus holds every form the issue names (HF messages ``{"type": "audio"}``, LLaMA-Factory / ms-swift
+``<audio>`` tags with ``audios``, ShareGPT tags taking audio members by extension, every container) and the bad
+ones (a cut file, garbage, a zero-length clip, a WAV whose header claims more than it holds, more tags than audios
+and the reverse, an ``<audio>`` tag with no audio at all, an audio member nothing references). It goes through
+``vlmpack scan`` itself for an omni family (Qwen3-Omni, whose feature extractor pads a call's audios together)
+and for a family that does not hear (Qwen2.5-VL). The oracle for an ok sample's length is the real processor
+(built from the folder's parts, tokens/processor_parts.py) on the chat template's text and the decoded audio.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.conversation import parse_conversation
+from vlmpack_offline.manifest import Manifest, manifest_path
+from vlmpack_offline.media.audio import decode_audio
+from vlmpack_offline.stages import scan
+from vlmpack_offline.synthetic.audio import encode_audio, garbage, lying_wav, truncated
+from vlmpack_offline.synthetic.processor_dir import build_processor_dir
+from vlmpack_offline.synthetic.shards import SyntheticSample, write_shard
+
+ANSWER = {"role": "assistant", "content": "It is a tone."}
+
+
+def _clip(container: str, seconds: float, rate: int = 16000, channels: int = 1, seed: int = 0) -> bytes:
+    return encode_audio(container, samples=int(seconds * rate), sample_rate=rate, channels=channels, seed=seed)
+
+
+def _corpus() -> tuple[list[SyntheticSample], dict[str, str]]:
+    """The samples, and each key's expected status (``ok`` or a drop reason) for a family that hears."""
+    wav = _clip("wav", 1.3)
+    samples, expected = [], {}
+
+    def add(key: str, status: str, data: dict, media: dict[str, bytes]) -> None:
+        samples.append(SyntheticSample(key=key, json=data, media=media))
+        expected[key] = status
+
+    messages = lambda *content: {"messages": [{"role": "user", "content": list(content)}, ANSWER]}  # noqa: E731
+    add("hf_wav", "ok", messages({"type": "audio", "audio": "a.wav"}, {"type": "text", "text": "What is it?"}),
+        {"a.wav": wav})
+    for container, rate, channels in (("flac", 44100, 2), ("mp3", 22050, 1), ("ogg", 48000, 2), ("m4a", 32000, 1)):
+        add(f"hf_{container}", "ok", messages({"type": "audio", "audio": f"a.{container}"}, {"type": "text", "text": "Hm?"}),
+            {f"a.{container}": _clip(container, 2.1, rate, channels, seed=len(samples))})
+    add("llamafactory", "ok", {"messages": [{"role": "user", "content": "<audio>listen?"}, ANSWER], "audios": ["aud.wav"]},
+        {"aud.wav": _clip("wav", 0.7, 8000)})
+    add("two_audios", "ok", messages({"type": "audio", "audio": "a.wav"}, {"type": "audio", "audio": "b.flac"},
+                                     {"type": "text", "text": "Compare."}),
+        {"a.wav": _clip("wav", 3.01), "b.flac": _clip("flac", 1.0049, 24000)})  # Whisper pads the two together
+    add("sharegpt_by_extension", "ok", {"conversations": [{"from": "human", "value": "<audio>\nTranscribe."},
+                                                          {"from": "gpt", "value": "Beep."}]},
+        {"speech.mp3": _clip("mp3", 1.5, 44100)})
+    add("unused_member", "ok", messages({"type": "text", "text": "Just text."}), {"stray.wav": wav})
+    add("truncated", "truncated_media", messages({"type": "audio", "audio": "a.wav"}), {"a.wav": truncated(wav)})
+    add("lying_header", "truncated_media", messages({"type": "audio", "audio": "a.wav"}),
+        {"a.wav": lying_wav(samples=8000, sample_rate=16000, claimed=32000)})
+    add("garbage", "corrupt_media", messages({"type": "audio", "audio": "a.wav"}), {"a.wav": garbage()})
+    add("zero_length", "corrupt_media", messages({"type": "audio", "audio": "a.wav"}),
+        {"a.wav": encode_audio("wav", samples=0, sample_rate=16000)})
+    add("tag_without_audio", "missing_media", {"messages": [{"role": "user", "content": "<audio>what?"}, ANSWER]}, {})
+    add("more_tags", "missing_media", {"messages": [{"role": "user", "content": "<audio><audio>?"}, ANSWER],
+                                       "audios": ["a.wav"]}, {"a.wav": wav})
+    add("more_audios", "media_mismatch", {"messages": [{"role": "user", "content": "<audio>?"}, ANSWER],
+                                          "audios": ["a.wav", "b.wav"]}, {"a.wav": wav, "b.wav": wav})
+    add("missing_member", "missing_media", messages({"type": "audio", "audio": "gone.wav"}), {})
+    return samples, expected
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("audio_corpus")
+    samples, expected = _corpus()
+    write_shard(root / "shards" / "part-000.tar", samples)
+    return root, expected
+
+
+def _scan(root: Path, folder: Path, name: str):
+    config = config_from_dict({
+        "data": {"wds_dir": str(root / "shards"), "work_dir": str(root / name), "packed_wds_dir": str(root / f"{name}-out")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}},
+        "scan": {"max_drop_ratio": 1.0},
+    }, source="test")  # fmt: skip
+    result = scan.run(config)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        return config, result, {s.key: s for s in manifest.iter_samples()}
+
+
+def _accounted(rows: dict, samples: list[SyntheticSample]) -> None:
+    """Every audio member is in an ok sample's n_audios, in a dropped sample's row, or in unused_media."""
+    for sample in samples:
+        row = rows[sample.key]
+        audio_members = [p for p in sample.media if p.rsplit(".", 1)[-1] in ("wav", "flac", "mp3", "ogg", "m4a")]
+        if row.status == "ok":
+            assert row.n_audios + row.unused_media == len(audio_members), sample.key
+        else:
+            assert row.error, sample.key  # the reason's text says what and where
+
+
+def test_an_omni_family_counts_every_audio_form_and_records_every_bad_one(corpus, tmp_path_factory):
+    root, expected = corpus
+    folder = build_processor_dir(tmp_path_factory.mktemp("qwen3_omni") / "folder", "qwen3_omni_moe")
+    config, result, rows = _scan(root, folder, "omni")
+    assert {key: row.status for key, row in rows.items()} == expected
+    _accounted(rows, _corpus()[0])
+    assert rows["unused_member"].unused_media == 1
+    for key in ("truncated", "lying_header", "garbage", "zero_length"):
+        assert "a.wav" in rows[key].error, rows[key].error  # the member is named
+    assert result.counts["audios"] == sum(row.n_audios for row in rows.values() if row.status == "ok") == 9
+    assert all(rows[key].media_type == "audio" for key, status in expected.items()
+               if status == "ok" and key != "unused_member")
+    assert rows["two_audios"].audio_frames > rows["hf_wav"].audio_frames > 0  # the cost model sees the audio
+
+
+def test_an_ok_samples_length_is_the_real_processors(corpus, tmp_path_factory):
+    """The oracle: the real Qwen3-Omni processor on the template's text and the decoded audio of each sample."""
+    from vlmpack_offline.tokens.processor_parts import build_processor
+
+    root, expected = corpus
+    folder = build_processor_dir(tmp_path_factory.mktemp("qwen3_omni_oracle") / "folder", "qwen3_omni_moe")
+    _, _, rows = _scan(root, folder, "omni-oracle")
+    processor = build_processor(folder, "qwen3_omni_moe", {}, skip=frozenset({"video_processor"})).processor
+    samples = {s.key: s for s in _corpus()[0]}
+    for key, status in expected.items():
+        if status != "ok":
+            continue
+        sample = samples[key]
+        conversation = parse_conversation(json.dumps(sample.json), key=key, parts=list(sample.media))
+        text = processor.apply_chat_template(list(conversation.messages), tokenize=False)
+        audio = [decode_audio(sample.media[ref.part], sampling_rate=processor.feature_extractor.sampling_rate,
+                              part=ref.part) for ref in conversation.media]  # fmt: skip
+        ids = processor(text=[text], audio=audio or None)["input_ids"][0]
+        assert rows[key].token_len == len(ids), key
+
+
+def test_a_family_that_does_not_hear_drops_its_audio_naming_it(corpus, tmp_path_factory):
+    root, expected = corpus
+    folder = build_processor_dir(tmp_path_factory.mktemp("qwen2_5_vl") / "folder", "qwen2_5_vl")
+    _, _, rows = _scan(root, folder, "vl")
+    for key, status in expected.items():
+        row = rows[key]
+        if key == "unused_member":
+            assert row.status == "ok" and row.unused_media == 1
+        elif status == "ok":
+            assert row.status == "unsupported_media" and "takes no audio" in row.error, (key, row.error)
+        else:  # what the JSON gets wrong is found before the family is asked
+            assert row.status in (status, "unsupported_media"), (key, row.status)
