@@ -323,3 +323,32 @@ def test_one_processor_call_for_the_audio_pack_would_count_the_short_clip_otherw
     assert int(together["feature_attention_mask"][0].sum()) == 97
     assert int((together["input_ids"][0] == audio_id).sum()) == 13 != int((oracle[0]["input_ids"] == audio_id).sum()) == 12
     assert case.encoder.encode(pack, MEDIA).input_ids[0, : pack.samples[0].token_len].eq(audio_id).sum() == 12
+
+
+def _check_servable(folder: Path) -> None:
+    from vlmpack_offline.loader.servable import check_servable
+    from vlmpack_offline.tokens.rules import load_model_rules
+
+    config = config_from_dict({"model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}}},
+                              source="test")  # fmt: skip
+    check_servable(load_model_rules(config.model), config.model.processor_kwargs)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_scan_start_check_serves_each_omni_folder_with_audio(model_type, tmp_path):
+    """``check_servable`` runs the loader on a generated pack with a tone, alone and beside an image."""
+    _check_servable(build_processor_dir(tmp_path, model_type, layout="transformers5", video=True))
+
+
+def test_the_scan_start_check_refuses_a_model_whose_audio_windows_are_not_its_processors(tmp_path):
+    """Qwen3-Omni's rope index counts an audio's tokens with the model's ``audio_config.n_window``, its processor
+    with its own (50): a config with 20 is refused at scan start, naming the audio sample. Without the audio
+    in the check it would pass: text and images never read it."""
+    from vlmpack_offline.errors import ConfigError
+
+    folder = build_processor_dir(tmp_path, "qwen3_omni_moe", layout="transformers5", video=True)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["thinker_config"]["audio_config"] = {"n_window": 20}
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"cannot serve it: a generated image\+audio sample fails"):
+        _check_servable(folder)

@@ -16,10 +16,10 @@ them onto ``get_rope_index``'s own (Qwen-Omni's ``second_per_grids``, passed pos
 loader hands it the processor's fields by name, ``attention_mask`` of ones and no cache; a class
 without it gets ``get_rope_index`` with the keyword arguments its signature names. What the forward derives
 before the call is derived the same way: Qwen-Omni's ``audio_feature_lengths`` = ``feature_attention_mask``
-summed over time (modeling_qwen3_omni_moe.py / modeling_qwen2_5_omni.py Thinker ``forward``), the audio's
+summed over time (modeling_qwen3_omni_moe.py / modeling_qwen2_5_omni.py Thinker ``forward``), each audio's
 mel frames, from which its rope index counts the audio's tokens (``_get_feat_extract_output_lengths``) when
-the sample also holds an image or video (audio alone, or text alone, gets 1-D positions on every axis there). The result is
-whatever the model uses: ``[3, B, L]`` (mRoPE), ``[A, B, L]`` (HunYuan-VL's N-axis xdrope). A model
+the sample also holds an image or a video (audio alone, like text alone, gets 1-D positions on every axis).
+The result is whatever the model uses: ``[3, B, L]`` (mRoPE), ``[A, B, L]`` (HunYuan-VL's N-axis xdrope). A model
 where no class defines one gets plain 1-D positions ``[1, L]``.
 
 The config is ``AutoConfig.from_pretrained(processor_dir)``: a real checkpoint folder carries the full
