@@ -55,6 +55,7 @@ An encoder with no rule here adds no encoder work (as an item on the slow path).
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 from dataclasses import dataclass
@@ -93,11 +94,16 @@ class _Clip:
         return self.samples
 
 
+@functools.cache
+def _call_defaults(fe_class: type) -> dict[str, Any]:
+    params = inspect.signature(fe_class.__call__).parameters
+    return {name: p.default for name, p in params.items()
+            if p.kind is p.POSITIONAL_OR_KEYWORD and name not in ("self", "raw_speech")}  # fmt: skip
+
+
 def _call_settings(fe, kwargs: dict) -> dict[str, Any]:
     """The FE ``__call__``'s keywords as it sees them: the call's, else its own signature's defaults."""
-    params = inspect.signature(type(fe).__call__).parameters
-    return {name: kwargs.get(name, p.default) for name, p in params.items()
-            if p.kind is p.POSITIONAL_OR_KEYWORD and name not in ("self", "raw_speech")}  # fmt: skip
+    return {name: kwargs.get(name, default) for name, default in _call_defaults(type(fe)).items()}
 
 
 def _round_up(length: int, multiple: int | None) -> int:
@@ -181,6 +187,8 @@ class _LengthsOnlyFE:
         self.frames: tuple[int, ...] = ()
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_fe", "_mask"):  # copy / pickle probing a half-built instance
+            raise AttributeError(name)
         return getattr(self._fe, name)
 
     def __call__(self, raw_speech, **kwargs):
