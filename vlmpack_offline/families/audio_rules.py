@@ -57,7 +57,6 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,7 +277,7 @@ def audio_encoder_for(path: str | Path) -> tuple[AudioEncoder | None, str]:
 
     try:
         config = AutoConfig.from_pretrained(str(path))
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError) as exc:  # no config.json, or one transformers cannot read
         return None, f"no model config to read the audio encoder from ({type(exc).__name__})"
     for owner in (config, getattr(config, "thinker_config", None)):
         if owner is None or "audio_config" not in getattr(owner, "sub_configs", {}):
