@@ -100,8 +100,9 @@ def tokenizer_token(tokenizer, attribute: str, default: str) -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Size:
     """What one media item costs: its tokens in the sequence, and its run through its encoder (the vision
-    encoder for an image or video, the audio encoder for an audio item: its input frames, and the sum over
-    the windows it attends within of frames**2; the counter keeps the two encoders apart).
+    encoder for an image or video, the audio encoder for an audio item: the frames its layers run on, after its
+    conv front end, and the sum over the windows it attends within of frames**2; the counter keeps the two
+    encoders apart).
 
     The encoder fields feed the plan's compute cost (its vision-encoder term). ``encoder_attention``
     sums ``n**2`` over the blocks the encoder attends within, ``n`` the tokens of one block: the patches

@@ -93,7 +93,7 @@ class _Pending:
     media_tokens: int = 0  # visual tokens inside token_len
     encoder_patches: int = 0  # the vision encoder's patches for the sample's media (cost model)
     encoder_attention: int = 0  # sum of its full-attention blocks' patches**2 (cost model)
-    audio_frames: int = 0  # the audio encoder's input frames (cost model)
+    audio_frames: int = 0  # frames the audio encoder's layers run on (cost model)
     audio_attention: int = 0  # sum of its attention windows' frames**2 (cost model)
     unused_media: int = 0  # media parts of the sample that the conversation never references
     sha256: str = ""  # of the members' bytes, when write.check_sources is sha256

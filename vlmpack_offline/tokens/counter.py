@@ -49,7 +49,7 @@ class Count:
     media_tokens: int  # image + video pad tokens inside token_len
     encoder_patches: int = 0  # vision-encoder patches of the sample's media (families.Size); 0 on the slow path
     encoder_attention: int = 0  # sum of (tokens per encoder attention block)**2 over the sample's media
-    audio_frames: int = 0  # the audio encoder's input frames for the sample's audio (an audio item's Size)
+    audio_frames: int = 0  # frames the audio encoder's layers run on (after its conv front end), an audio item's Size
     audio_attention: int = 0  # sum of (frames per audio-encoder attention window)**2
 
 
