@@ -80,11 +80,11 @@ def corpus(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, expected
 
 
-def _scan(root: Path, folder: Path, name: str):
+def _scan(root: Path, folder: Path, name: str, **sections: dict):
     config = config_from_dict({
         "data": {"wds_dir": str(root / "shards"), "work_dir": str(root / name), "packed_wds_dir": str(root / f"{name}-out")},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder)}},
-        "scan": {"max_drop_ratio": 1.0},
+        "scan": {"max_drop_ratio": 1.0}, **sections,
     }, source="test")  # fmt: skip
     result = scan.run(config)
     with Manifest(manifest_path(config.work_dir)) as manifest:
@@ -150,3 +150,38 @@ def test_a_family_that_does_not_hear_drops_its_audio_naming_it(corpus, tmp_path_
             assert row.status == "unsupported_media" and "takes no audio" in row.error, (key, row.error)
         else:  # what the JSON gets wrong is found before the family is asked
             assert row.status in (status, "unsupported_media"), (key, row.status)
+
+
+def test_audio_samples_go_through_every_stage_and_energon_hands_the_loader_their_audio(corpus, tmp_path_factory):
+    """scan -> bucket -> plan -> write, then energon's own loader on the packed folder (DataLoader workers): every ok
+    sample is in one pack, its audio members copied, and each batch the loader builds holds the planned lengths and
+    the feature extractor's fields, one audio row per audio item."""
+    from megatron.energon import WorkerConfig, get_loader
+
+    from vlmpack_offline.loader import PackEncoder, PackTaskEncoder, train_dataset
+    from vlmpack_offline.plan_file import read_plan
+    from vlmpack_offline.stages import bucket, plan, write
+
+    root, expected = corpus
+    folder = build_processor_dir(tmp_path_factory.mktemp("qwen3_omni_e2e") / "folder", "qwen3_omni_moe")
+    config, _, rows = _scan(root, folder, "e2e", sample={"max_token_len": 400})
+    for stage in (bucket, plan, write):
+        assert stage.run(config).exit_code == 0, stage.__name__
+    packs = list(read_plan(config.work_dir))
+    planned = {i: n for pack in packs for i, n in zip(pack.sample_ids, pack.sample_token_lens, strict=True)}
+    assert sorted(planned) == sorted(row.id for row in rows.values() if row.status == "ok")
+    encoder = PackEncoder.from_packed_dir(config.data.packed_wds_dir, str(folder))
+    dataset = train_dataset(config.data.packed_wds_dir, PackTaskEncoder(encoder), WorkerConfig(rank=0, world_size=1,
+                                                                                                num_workers=2))
+    train = {pack.pack_id for pack in packs if pack.split == "train"}
+    audios: dict[int, int] = {}
+    for batch in get_loader(dataset):  # energon's train loader repeats: read until every pack came once
+        lengths = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
+        assert lengths == [planned[i] for i in batch.sample_ids]
+        n = int(batch.n_audios_per_sample.sum())
+        assert (batch.vision["input_features"].shape[0] if n else 0) == n
+        assert [rows[i.rsplit("/", 1)[-1]].n_audios for i in batch.sample_ids] == batch.n_audios_per_sample.tolist()
+        audios[batch.pack_id] = n
+        if set(audios) == train:
+            break
+    assert sum(audios.values()) > 0

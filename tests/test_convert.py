@@ -165,3 +165,38 @@ def test_cli_converts_a_parquet_file(tmp_path):
     done = CliRunner().invoke(cli, ["convert", str(tmp_path / "data.parquet"), "--out", str(tmp_path / "shards")])
     assert done.exit_code == 0, done.output
     assert "convert: 3 samples in 1 shards, 1 records skipped" in done.output
+
+
+def test_audio_records_convert_by_path_and_embedded_bytes(tmp_path):
+    """LLaMA-Factory audio records (``audios`` paths, an HF ``messages`` audio item, an HF ``Audio()``-style value of
+    bytes without a path) become audio parts the scan reads, named ``aud<i>.<ext>`` by kind."""
+    from vlmpack_offline.conversation import parse_conversation
+    from vlmpack_offline.synthetic.audio import encode_audio
+
+    media = tmp_path / "media"
+    media.mkdir()
+    wav, flac = encode_audio("wav", samples=8000, sample_rate=16000), encode_audio("flac", samples=4000, sample_rate=8000)
+    (media / "speech.wav").write_bytes(wav)
+    (media / "tone.flac").write_bytes(flac)
+    records = [
+        {"messages": [{"role": "user", "content": "<audio>Transcribe.<audio>"}, {"role": "assistant", "content": "Hi."}],
+         "audios": ["speech.wav", "tone.flac"]},
+        {"messages": [{"role": "user", "content": [{"type": "audio", "audio": {"bytes": wav, "path": None}}]},
+                      {"role": "assistant", "content": "A tone."}]},
+    ]  # fmt: skip
+    source = tmp_path / "records.jsonl"
+    source.write_text("\n".join(json.dumps(r, default=lambda b: None) for r in records[:1]))
+    result = convert_records(source, media, tmp_path / "shards")
+    assert (result.written, result.skipped) == (1, 0)
+    (sample,) = wds.WebDataset([str(p) for p in result.shards], shardshuffle=False)
+    assert json.loads(sample["json"])["audios"] == ["aud0.wav", "aud1.flac"]
+    assert (sample["aud0.wav"], sample["aud1.flac"]) == (wav, flac)
+    conversation = parse_conversation(sample["json"], key=sample["__key__"], parts=["aud0.wav", "aud1.flac"])
+    assert [(m.kind, m.part) for m in conversation.media] == [("audio", "aud0.wav"), ("audio", "aud1.flac")]
+
+    from vlmpack_offline.convert import _MediaRenamer, _rename_media
+
+    renamer = _MediaRenamer(None)  # embedded bytes need no media root; the kind comes from the bytes (RIFF WAVE)
+    renamed = _rename_media(records[1], renamer)
+    assert renamed["messages"][0]["content"][0] == {"type": "audio", "audio": "aud0.wav"}
+    assert renamer.parts == {"aud0.wav": wav}

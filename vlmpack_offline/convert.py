@@ -13,9 +13,9 @@ entries are paths under a folder::
 
 Each record becomes one sample. Its JSON keeps every field, with each media entry
 replaced by the part name it was written under (``img0.jpg``, ``img1.png``,
-``vid0.mp4``, numbered per kind in reading order); so the scan reads any layout it
-reads (LLaVA ``image``, ShareGPT / LLaMA-Factory ``images`` / ``videos``, HF
-``messages`` items ``{"type": "image", "image": PATH}``). The key is the record's
+``vid0.mp4``, ``aud0.wav``, numbered per kind in reading order); so the scan reads any layout it
+reads (LLaVA ``image``, ShareGPT / LLaMA-Factory ``images`` / ``videos`` / ``audios``, HF
+``messages`` items ``{"type": "image", "image": PATH}`` / ``{"type": "audio", "audio": PATH}``). The key is the record's
 index plus its ``id`` (characters other than letters, digits, ``_`` and ``-``
 become ``_``), so keys are unique and carry no ``.``.
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .conversation import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from .conversation import MEDIA_KINDS, media_kind_of_part
 from .errors import ConfigError
 from .optional import require
 from .reasons import DropError, Reason
@@ -140,16 +140,14 @@ def _hf_rows(loaded: Any) -> Iterator[dict]:
 
 
 def _kind(path: str) -> str:
-    ext = path.rsplit(".", 1)[-1].lower()
-    if ext in IMAGE_EXTENSIONS:
-        return "image"
-    if ext in VIDEO_EXTENSIONS:
-        return "video"
-    raise DropError(Reason.UNSUPPORTED_MEDIA, f"media {path!r} has no image or video extension")
+    kind = media_kind_of_part(path)
+    if kind is None:
+        raise DropError(Reason.UNSUPPORTED_MEDIA, f"media {path!r} has no image, video or audio extension")
+    return kind
 
 
 class _MediaRenamer:
-    """Reads each media path of one record and names it ``img<i>.<ext>`` / ``vid<i>.<ext>``."""
+    """Reads each media path of one record and names it ``img<i>.<ext>`` / ``vid<i>.<ext>`` / ``aud<i>.<ext>``."""
 
     def __init__(self, media_root: Path | None) -> None:
         self.root = media_root.resolve() if media_root is not None else None
@@ -157,7 +155,7 @@ class _MediaRenamer:
         self._by_path: dict[str, str] = {}
 
     def _add(self, kind: str, ext: str, data: bytes) -> str:
-        prefix = "img" if kind == "image" else "vid"
+        prefix = {"image": "img", "video": "vid", "audio": "aud"}[kind]
         index = sum(name.startswith(prefix) for name in self.parts)
         name = f"{prefix}{index}.{ext}"
         self.parts[name] = data
@@ -190,21 +188,25 @@ class _MediaRenamer:
         return self._add(_kind(f"x.{ext}"), ext, data)
 
 
-_SIGNATURES = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"), (b"\x1aE\xdf\xa3", "mkv"))
+_SIGNATURES = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"), (b"BM", "bmp"), (b"\x1aE\xdf\xa3", "mkv"),
+               (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"))
 
 
 def _sniff(data: bytes) -> str | None:
-    """An image / video extension from the first bytes (for embedded media without a path)."""
-    if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"AVI "):
-        return "webp" if data[8:12] == b"WEBP" else "avi"
+    """An image / video / audio extension from the first bytes (for embedded media without a path, as HF
+    ``Audio()`` columns store decoded-from bytes)."""
+    if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"AVI ", b"WAVE"):
+        return {b"WEBP": "webp", b"AVI ": "avi", b"WAVE": "wav"}[data[8:12]]
     if data[4:8] == b"ftyp":
-        return "mov" if data[8:10] == b"qt" else "mp4"
+        return "m4a" if data[8:11] == b"M4A" else "mov" if data[8:10] == b"qt" else "mp4"
+    if data[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):  # an MPEG audio frame without an ID3 tag
+        return "mp3"
     return next((ext for magic, ext in _SIGNATURES if data.startswith(magic)), None)
 
 
 def _rename_media(record: dict, media: _MediaRenamer) -> dict:
     out = dict(record)
-    for kind in ("image", "video"):
+    for kind in MEDIA_KINDS:
         for key in (kind, f"{kind}s"):
             value = record.get(key)
             if isinstance(value, (str, dict)):
@@ -223,7 +225,7 @@ def _rename_message(message: Any, media: _MediaRenamer) -> Any:
         return message
     content = []
     for item in message["content"]:
-        if isinstance(item, dict) and item.get("type") in ("image", "video") and item.get(item["type"]):
+        if isinstance(item, dict) and item.get("type") in MEDIA_KINDS and item.get(item["type"]):
             item = {**item, item["type"]: media.rename(item[item["type"]], item["type"])}
         content.append(item)
     return {**message, "content": content}

@@ -53,7 +53,7 @@ _BLOCK = 50_000  # packs per block when resolving ids
 class Pack:
     pack_id: int  # position in training order, 0..n-1
     split: str  # "train" or "val"
-    media_type: str  # "text" | "image" | "video" | "mixed" (group_by: none)
+    media_type: str  # "text" | "image" | "video" | "audio" | "mixed" (group_by: none)
     sample_ids: tuple[str, ...]  # manifest ids, in the order they sit in the pack
     sample_token_lens: tuple[int, ...]  # token_len of each sample, same order
     media_tokens: int = 0  # visual tokens in the pack (for DP balancing and stats)

@@ -30,6 +30,7 @@ import numpy as np
 from megatron.energon import Cooker, Sample, basic_sample_keys, stateless
 from megatron.energon.edataclass import edataclass
 
+from ..conversation import MEDIA_KINDS
 from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
 
 __all__ = ["CookedPack", "cook_packed", "cooker", "DEFAULT_SAMPLE_TYPE"]
@@ -78,7 +79,7 @@ def cook_packed(sample: dict) -> CookedPack:
         for sub in pack.samples
         for message in sub.messages
         for item in message["content"]
-        if item["type"] in ("image", "video")
+        if item["type"] in MEDIA_KINDS
     ]
     media: dict[str, bytes] = {}
     for name in names:
