@@ -152,22 +152,28 @@ def test_a_family_that_does_not_hear_drops_its_audio_naming_it(corpus, tmp_path_
             assert row.status in (status, "unsupported_media"), (key, row.status)
 
 
-def test_audio_samples_go_through_every_stage_and_energon_hands_the_loader_their_audio(corpus, tmp_path_factory):
-    """scan -> bucket -> plan -> write, then energon's own loader on the packed folder (DataLoader workers): every ok
-    sample is in one pack, its audio members copied, and each batch the loader builds holds the planned lengths and
-    the feature extractor's fields, one audio row per audio item."""
-    from megatron.energon import WorkerConfig, get_loader
-
-    from vlmpack_offline.loader import PackEncoder, PackTaskEncoder, train_dataset
+@pytest.fixture(scope="module")
+def packed(corpus, tmp_path_factory):
+    """The corpus through scan -> bucket -> plan -> write for Qwen3-Omni: (config, folder, manifest rows, packs)."""
     from vlmpack_offline.plan_file import read_plan
     from vlmpack_offline.stages import bucket, plan, write
 
-    root, expected = corpus
+    root, _ = corpus
     folder = build_processor_dir(tmp_path_factory.mktemp("qwen3_omni_e2e") / "folder", "qwen3_omni_moe")
     config, _, rows = _scan(root, folder, "e2e", sample={"max_token_len": 400})
     for stage in (bucket, plan, write):
         assert stage.run(config).exit_code == 0, stage.__name__
-    packs = list(read_plan(config.work_dir))
+    return config, folder, rows, list(read_plan(config.work_dir))
+
+
+def test_audio_samples_go_through_every_stage_and_energon_hands_the_loader_their_audio(packed):
+    """Every ok sample is in one pack, its audio members copied, and each batch energon's own loader (DataLoader
+    workers) builds holds the planned lengths and the feature extractor's fields, one audio row per audio item."""
+    from megatron.energon import WorkerConfig, get_loader
+
+    from vlmpack_offline.loader import PackEncoder, PackTaskEncoder, train_dataset
+
+    config, folder, rows, packs = packed
     planned = {i: n for pack in packs for i, n in zip(pack.sample_ids, pack.sample_token_lens, strict=True)}
     assert sorted(planned) == sorted(row.id for row in rows.values() if row.status == "ok")
     encoder = PackEncoder.from_packed_dir(config.data.packed_wds_dir, str(folder))
@@ -185,3 +191,18 @@ def test_audio_samples_go_through_every_stage_and_energon_hands_the_loader_their
         if set(audios) == train:
             break
     assert sum(audios.values()) > 0
+
+
+def test_automodels_adapter_refuses_an_audio_pack_its_collater_would_strip(packed):
+    """NeMo Automodel's VLM collaters keep only image and video fields: an audio pack is refused, not trained deaf."""
+    from vlmpack_offline.errors import ConfigError
+    from vlmpack_offline.loader import PackDataset, PackEncoder
+    from vlmpack_offline.loader.adapters import AutomodelAdapter
+
+    config, folder, _, _ = packed
+    encoder = PackEncoder.from_packed_dir(config.data.packed_wds_dir, str(folder))
+    adapter = AutomodelAdapter(encoder)
+    batches = list(PackDataset(config.data.packed_wds_dir, encoder))
+    with pytest.raises(ConfigError, match="holds audio"):
+        adapter.pack(next(b for b in batches if int(b.n_audios_per_sample.sum())))
+    adapter.pack(next(b for b in batches if not int(b.n_audios_per_sample.sum())))  # the rest packs as before

@@ -99,6 +99,12 @@ class AutomodelAdapter(Adapter):
                 "shifted it has no token left for its image; build the encoder without it (Automodel injects "
                 "its own fake images: PreTokenizedDatasetWrapper(inject_fake_images=True))"
             )
+        if batch.n_audios_per_sample is not None and int(batch.n_audios_per_sample.sum()):
+            raise ConfigError(
+                f"pack {batch.pack_id} holds audio, and NeMo Automodel's VLM collaters keep only the image and video "
+                "fields (neat_packing_vlm.MEDIA_KEYS): its input_features would be dropped without a word. Train "
+                "audio packs with the Trainer or PyTorch adapters (docs/training/), or pack without audio"
+            )
         bounds = batch.cu_seqlens.tolist()
         ids, labels, mm, segment, positions = [], [], [], [], []
         seq_lens, padded_lens = [], []
