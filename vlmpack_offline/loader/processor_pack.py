@@ -68,10 +68,11 @@ import torch
 from ..errors import LengthMismatchError
 from ..media.audio import decode_audio
 from ..tokens.counter import _CharTokens, _with_turn_ends, render_or_drop
+from ..tokens.processor_parts import audio_extractor
 from .labels import sub_sample_labels
 from .rope import RopeIndex
 
-__all__ = ["ProcessorPack", "SubSampleMedia", "Row", "audio_extractor", "is_token_field"]
+__all__ = ["ProcessorPack", "SubSampleMedia", "Row", "is_token_field"]
 
 # the fields a feature extractor makes per audio besides its model_input_names (Whisper names only
 # input_features): its attention mask under Qwen-Omni's name, and Gemma 4's mask (which it does name)
@@ -106,13 +107,6 @@ def is_token_field(name: str) -> bool:
     ``moe_mm_token_type_ids``); the processor pads them with the batch, the loader concatenates them over the
     pack's tokens."""
     return name.endswith("token_type_ids")
-
-
-def audio_extractor(processor):
-    """The processor's feature extractor where it hears (one, and an ``audio_token`` to expand: ``ProcessorMixin``
-    splices audio only then, tf/processing_utils.py ``_process_audio``), else None."""
-    extractor = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
-    return extractor if extractor is not None and getattr(processor, "audio_token", None) else None
 
 
 def _input_names(processor) -> frozenset[str] | None:

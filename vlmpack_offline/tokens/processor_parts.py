@@ -38,7 +38,8 @@ from ..errors import ConfigError
 from ..model_type import read_json
 from ..remote_code import load_pretrained
 
-__all__ = ["Part", "ProcessorParts", "build_processor", "find_class", "processor_class", "video_processor_name", "video_settings"]
+__all__ = ["Part", "ProcessorParts", "audio_extractor", "build_processor", "find_class", "processor_class",
+           "video_processor_name", "video_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,13 @@ def _named_part(attribute: str, path: Path, model_type: str, kwargs: dict, type_
         return cls.from_pretrained(str(path), **kwargs), Part(attribute=attribute, class_name=name)
     except Exception as exc:
         return None, Part(attribute=attribute, class_name=name, why=str(exc) or type(exc).__name__)
+
+
+def audio_extractor(processor):
+    """The processor's feature extractor where it hears (one, and an ``audio_token`` to expand: ``ProcessorMixin``
+    splices audio only then, tf/processing_utils.py ``_process_audio``), else None."""
+    extractor = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
+    return extractor if extractor is not None and getattr(processor, "audio_token", None) else None
 
 
 def build_processor(path: str | Path, model_type: str, processor_kwargs: dict, *, trust_remote_code: bool = False,

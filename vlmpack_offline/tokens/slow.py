@@ -39,6 +39,7 @@ from ..reasons import DropError, Reason
 from ..remote_code import load_pretrained, trusted
 from .counter import Count, render_or_drop, require_labels
 from .media_info import AudioMedia, VideoMedia, probe_media
+from .processor_parts import audio_extractor
 from .rules import ModelRules, load_model_rules, resolve_video
 from .spans import ChatRenderer
 
@@ -89,7 +90,7 @@ class SlowCounter:
         self._takes = {
             kind: getattr(self.processor, f"{kind}_processor", None) is not None for kind in ("image", "video")
         }
-        self.audio_extractor = _audio_extractor(self.processor)
+        self.audio_extractor = audio_extractor(self.processor)
         self._takes["audio"] = self.audio_extractor is not None
         self.reader = resolve_video(self.video, rules.video, factor=rules.factor).reader
         # the frames of each video: the processor's own rule (None: it has no video processor)
@@ -170,13 +171,6 @@ def video_metadata(sampling):
         duration=total / sampling.native_fps if sampling.native_fps else None,
         frames_indices=list(sampling.frame_indices),
     )
-
-
-def _audio_extractor(processor):
-    """The processor's feature extractor where it hears (one and an ``audio_token``, as ``ProcessorMixin``
-    splices audio: tf/processing_utils.py ``_audio_processor``), else None."""
-    extractor = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
-    return extractor if extractor is not None and getattr(processor, "audio_token", None) else None
 
 
 def _media_token_ids(processor) -> set[int]:
