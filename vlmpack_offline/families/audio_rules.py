@@ -63,7 +63,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AudioCall", "AudioEncoder", "AudioRule", "AudioUnsupported", "audio_encoder_for", "audio_rule_for"]
+__all__ = ["AUDIO_IN_VIDEO_KEYS", "AudioCall", "AudioEncoder", "AudioRule", "AudioUnsupported", "audio_encoder_for",
+           "audio_in_video_setting", "audio_rule_for", "video_with_audio_text"]
 
 _WHISPER = "transformers.models.whisper.feature_extraction_whisper.WhisperFeatureExtractor"
 _GEMMA4 = "transformers.models.gemma4.feature_extraction_gemma4.Gemma4AudioFeatureExtractor"
@@ -79,6 +80,7 @@ class AudioCall:
 
     replacements: tuple[str, ...]  # the string each clip's placeholder becomes
     frames: tuple[int, ...]  # each clip's mel frames that hold audio (its mask's sum): what the encoder is fed
+    fields: Any = None  # what ``_process_audio`` returned (its num_audio_tokens ...): a video's track reads it
 
 
 class _Clip:
@@ -216,8 +218,8 @@ class AudioRule:
 
     def call(self, lengths: tuple[int, ...]) -> AudioCall:
         """The replacement and frames of each clip of one processor call (``lengths`` at the FE's rate)."""
-        _, replacements = self._processor._process_audio([_Clip(n) for n in lengths], **copy.deepcopy(self._audio_kwargs))
-        return AudioCall(replacements=tuple(str(r) for r in replacements), frames=self._fe.frames)
+        fields, replacements = self._processor._process_audio([_Clip(n) for n in lengths], **copy.deepcopy(self._audio_kwargs))
+        return AudioCall(replacements=tuple(str(r) for r in replacements), frames=self._fe.frames, fields=fields)
 
 
 def audio_rule_for(processor, audio_kwargs: dict) -> tuple[AudioRule | None, str]:
@@ -234,6 +236,89 @@ def audio_rule_for(processor, audio_kwargs: dict) -> tuple[AudioRule | None, str
     except Exception as exc:  # noqa: BLE001 - any refusal of a plain clip: this folder's audio is not countable here
         return None, f"{name}'s audio cannot be counted from lengths here: {type(exc).__name__}: {exc}"
     return rule, ""
+
+
+# -- audio inside video (Qwen-Omni's load_audio_from_video) --------------------------------------------------
+AUDIO_IN_VIDEO_KEYS = ("load_audio_from_video", "use_audio_in_video")  # transformers 5.24's name, its deprecated alias
+
+
+def audio_in_video_setting(processor, merged: dict, processor_kwargs: dict, *, model_type: str) -> bool:
+    """Whether each video's own audio track is read and interleaved with its frames.
+
+    Set by ``model.processor_kwargs`` ``load_audio_from_video: true`` (transformers 5.24's name) or
+    ``use_audio_in_video: true`` (its deprecated alias, as qwen-omni-utils users pass it): vlmpack's loader then
+    calls the processor with ``load_audio_from_video=True``. Unset there, the folder's own default as the
+    processor's merged keywords hold it (``OmniModalProcessorMixin.__call__``, tf/processing_utils.py). A value
+    that is not a boolean, the two spellings disagreeing, or a processor without the path
+    (``replace_video_with_audio_token``: not an omni processor) is a ``ConfigError`` naming the key: never a
+    setting taken and not applied."""
+    from transformers.processing_utils import OmniModalProcessorMixin
+
+    from ..errors import ConfigError
+
+    given = {key: processor_kwargs[key] for key in AUDIO_IN_VIDEO_KEYS if key in processor_kwargs}
+    for key, value in given.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"model.processor_kwargs.{key} = {value!r}: give true or false")
+    if len(set(given.values())) > 1:
+        raise ConfigError(f"model.processor_kwargs: {' and '.join(f'{k} = {v}' for k, v in given.items())} disagree; "
+                          "keep one (load_audio_from_video is transformers' name)")  # fmt: skip
+    videos = merged.get("videos_kwargs", {})
+    folder = videos.get("load_audio_from_video", merged.get("load_audio_from_video", False))
+    on = next(iter(given.values())) if given else bool(folder)
+    if not on:
+        return False
+    key = next(iter(given), "load_audio_from_video")
+    interleaves = isinstance(processor, OmniModalProcessorMixin) and (
+        type(processor).replace_video_with_audio_token is not OmniModalProcessorMixin.replace_video_with_audio_token)
+    if not interleaves:
+        raise ConfigError(f"model.processor_kwargs.{key}: {type(processor).__name__} ({model_type}) reads no audio "
+                          "track from a video (it has no replace_video_with_audio_token; Qwen3-Omni and Qwen2.5-Omni "
+                          f"do); remove {key}")  # fmt: skip
+    return True
+
+
+class _OneVideoFields:
+    """Stands in for the video processor inside the processor's own ``_process_videos``: the real one's
+    attributes (temporal_patch_size ...), and a call that returns one video's fields, already computed."""
+
+    def __init__(self, video_processor, fields: dict) -> None:
+        self._real, self._fields = video_processor, fields
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_real", "_fields"):
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+    def __call__(self, videos, **kwargs):
+        from transformers.feature_extraction_utils import BatchFeature
+
+        return BatchFeature(copy.deepcopy(self._fields))
+
+
+def video_with_audio_text(processor, video_fields: dict, audio: AudioCall, index: int, merged: dict) -> str:
+    """A video's replacement with its track, clip ``index`` of the processor call ``audio``, as its call writes
+    it: the processor's own ``_process_videos`` (its seconds per grid from videos_kwargs' fps) and
+    ``replace_video_token`` -> ``replace_video_with_audio_token`` (frames and audio tokens interleaved by
+    position_id_per_seconds), with the keywords ``OmniModalProcessorMixin.__call__`` hands it."""
+    import numpy as np
+
+    # generic_fields' grid is (t, 1, h * w): its product is all replace_video_token reads. The interleave reads
+    # the tokens of one temporal patch as (h // merge) * (w // merge): the same from (t, merge, h * w / merge)
+    merge = int(processor.video_processor.merge_size)
+    t, h, w = (int(g) for g in video_fields["video_grid_thw"][0])
+    if (h * w) % (merge * merge):
+        raise ValueError(f"a video grid of {h * w} patches per frame is no multiple of merge_size**2 = {merge * merge}")
+    video_fields = {**video_fields, "video_grid_thw": [np.array([t, merge, h * w // merge])]}
+    kwargs = copy.deepcopy(merged)
+    for key in AUDIO_IN_VIDEO_KEYS:
+        kwargs["videos_kwargs"].pop(key, None)
+    kwargs["load_audio_from_video"] = True
+    own = copy.copy(processor)
+    own.video_processor = _OneVideoFields(processor.video_processor, video_fields)
+    _, replacements = own._process_videos([None], audio=None, processed_audio=audio.fields,
+                                          video_to_audio_indices=[index], **kwargs)  # fmt: skip
+    return str(replacements[0])
 
 
 # -- the audio encoder's work ------------------------------------------------------------------------------

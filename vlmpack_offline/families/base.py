@@ -115,6 +115,8 @@ class Size:
     media_tokens: int  # the model's media (soft / pad) tokens among them
     encoder_patches: int = 0  # patches the vision encoder runs for this item, before any merge or pooling
     encoder_attention: int = 0  # sum over its independent full-attention blocks of (tokens in the block)**2
+    audio_frames: int = 0  # a video's own audio track (load_audio_from_video): the audio encoder's tokens for it
+    audio_attention: int = 0  # and its attention windows' tokens**2 (an audio item's are in encoder_*)
 
 
 class Family(Protocol):

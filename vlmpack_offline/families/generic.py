@@ -14,6 +14,12 @@ how an item of a given size expands (``generic_fields.py``) and the folder passe
     audio       the lengths of every clip in the processor call (the sample's clips, ``in_sample``) at the feature
                 extractor's rate -> the processor's own _process_audio with a stand-in feature extractor that
                 returns its frame mask from lengths (audio_rules.py) -> each clip's replacement
+    video+audio with ``load_audio_from_video`` (Qwen-Omni; ``audio_in_video_setting``): a video's own track is
+                one more clip of that call (the sample's clips and tracks in item order, as the loader passes
+                them with ``audio_from_video_indices``), and the video's replacement is the processor's own
+                _process_videos -> replace_video_with_audio_token with the call's audio fields
+                (``video_with_audio_text``); a video without an audio stream stays a plain video, as the
+                processor leaves it
     text        the chat template + the processor's tokenizer (the processor may add tokens of its own: the
                 special tokens its call puts around every text, measured once, ``text_edges``)
     count       len(tokenize(replacement)), cached per size key (audio: per call's lengths); media tokens = the
@@ -41,7 +47,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..reasons import DropError, Reason
-from .audio_rules import AudioEncoder, audio_encoder_for, audio_rule_for
+from .audio_rules import (
+    AUDIO_IN_VIDEO_KEYS,
+    AudioEncoder,
+    audio_encoder_for,
+    audio_in_video_setting,
+    audio_rule_for,
+    video_with_audio_text,
+)
 from .base import Size, SpecialTokens
 from .generic_fields import ItemFields, adapter_for
 
@@ -78,6 +91,8 @@ class Expansion:
     media_tokens: int  # those among the processor's image / video / audio token ids
     encoder_patches: int  # encoder patches (generic_fields.py; audio: the audio encoder's tokens, audio_rules.py)
     encoder_attention: int  # sum over the encoder's attention blocks of (patches in the block)**2
+    audio_frames: int = 0  # a video's audio track: the audio encoder's tokens (audio_rules.AudioEncoder.work)
+    audio_attention: int = 0  # and its attention windows' tokens**2
 
 
 def _drop_for(exc: Exception, what: str, *, part: str) -> DropError:
@@ -94,7 +109,8 @@ class GenericFamily:
     positions = "model"  # the loader takes them from the model's own rope-index function, else 1-D
     video_fields = frozenset()  # of video:, only the reader (rules.video_fields_read adds it)
 
-    def __init__(self, processor, *, model_type: str, path: Path, kwargs: dict, stand_in: str = "") -> None:
+    def __init__(self, processor, *, model_type: str, path: Path, kwargs: dict, stand_in: str = "",
+                 audio_in_video: bool = False) -> None:  # fmt: skip
         from .processor_frames import processor_rule
 
         self.name = model_type
@@ -106,11 +122,16 @@ class GenericFamily:
             raise Unservable(why)
         self.adapter = adapter
         merged = processor._merge_kwargs(tokenizer_init_kwargs=self.tokenizer.init_kwargs)  # as its __call__ merges
+        merged["videos_kwargs"].pop("load_audio_from_video", None)  # the omni __call__ pops it before the video call
+        self._merged = merged
         self.images_kwargs, self.videos_kwargs = merged["images_kwargs"], merged["videos_kwargs"]
         # replace_*_token get the modality's keywords (ProcessorMixin._process_images / _process_videos) or the
         # whole merged set (the omni mixin's _process_videos, tf/processing_utils.py): both, the modality's winning
         self._replace_images = {**merged, **self.images_kwargs}
-        self._replace_videos = {**merged, **self.videos_kwargs}
+        self._replace_videos = {k: v for k, v in {**merged, **self.videos_kwargs}.items() if k not in AUDIO_IN_VIDEO_KEYS}
+        if "load_audio_from_video" in merged:  # a plain video (no track): the omni call's path for a silent one
+            self._replace_videos["load_audio_from_video"] = False
+        self.audio_in_video = audio_in_video  # each video's own audio track counted with it (audio_rules.py)
         self.takes_image = getattr(processor, "image_processor", None) is not None and bool(getattr(processor, "image_token", None))
         self.takes_video = getattr(processor, "video_processor", None) is not None and bool(getattr(processor, "video_token", None))
         self.no_video_reason = f"{type(processor).__name__} has no video processor or video token"
@@ -118,6 +139,7 @@ class GenericFamily:
         # audio: replace_audio_token gets the merged audio keywords (ProcessorMixin._process_audio)
         self.audio_rule, self.no_audio_reason = audio_rule_for(processor, merged["audio_kwargs"])
         self.takes_audio = self.audio_rule is not None
+        self._audio_call = functools.lru_cache(maxsize=16384)(self.audio_rule.call) if self.takes_audio else None
         self.path = path
         media = [*processor.image_token_ids, *(processor.video_token_ids if self.takes_video else []),
                  *(processor.audio_token_ids if self.takes_audio else [])]  # fmt: skip
@@ -126,6 +148,7 @@ class GenericFamily:
         self._image = functools.lru_cache(maxsize=65536)(self._image_expansion)
         self._video = functools.lru_cache(maxsize=16384)(self._video_expansion)
         self._audio = functools.lru_cache(maxsize=16384)(self._audio_expansions)
+        self._video_audio = functools.lru_cache(maxsize=16384)(self._video_audio_expansion)
 
     # -- what the processor writes ---------------------------------------------------------------------
     def _expansion(self, text: str, fields: ItemFields) -> Expansion:
@@ -146,6 +169,30 @@ class GenericFamily:
         text = self.processor.replace_video_token(copy.deepcopy(fields.fields), 0, **self._replace_videos)
         return self._expansion(text, fields)
 
+    def _video_audio_expansion(self, frames: tuple[int, ...], fps: float, total: int, height: int, width: int,
+                               lengths: tuple[int, ...], index: int) -> Expansion:  # fmt: skip
+        """A video with its track, clip ``index`` of the call of clips ``lengths`` (at the FE's rate)."""
+        from transformers.video_utils import VideoMetadata
+
+        metadata = VideoMetadata(total_num_frames=total, fps=fps, duration=total / fps, width=width, height=height,
+                                 frames_indices=list(frames))  # fmt: skip
+        fields = self.adapter.video(self.processor, len(frames), height, width, metadata, self.videos_kwargs)
+        call = self._audio_call(lengths)
+        text = video_with_audio_text(self.processor, fields.fields, call, index, self._merged)
+        frames_in, attention = self.audio_encoder.work(call.frames[index]) if self.audio_encoder is not None else (0, 0)
+        return dataclasses.replace(self._expansion(text, fields), audio_frames=frames_in, audio_attention=attention)
+
+    def _video_with_track(self, media: MediaInfo) -> Expansion:
+        """The video's replacement with its audio track (``media.audio``) within its call (``in_call``)."""
+        from ..media.audio import resampled_length
+
+        track = media.audio
+        call = track.in_call or ((track.samples, track.sample_rate),)
+        lengths = tuple(resampled_length(n, rate, self.audio_rule.sampling_rate) for n, rate in call)
+        s = media.sampling
+        return self._video_audio(tuple(s.frame_indices), s.native_fps, s.total_frames, s.resized_height,
+                                 s.resized_width, lengths, call.index((track.samples, track.sample_rate)))  # fmt: skip
+
     @functools.cached_property
     def audio_encoder(self) -> AudioEncoder | None:
         """The model's audio encoder, for the items' encoder work (read on the first audio item)."""
@@ -153,7 +200,7 @@ class GenericFamily:
 
     def _audio_expansions(self, lengths: tuple[int, ...]) -> tuple[Expansion, ...]:
         """Every clip of one processor call (``lengths`` at the feature extractor's rate), in order."""
-        call = self.audio_rule.call(lengths)
+        call = self._audio_call(lengths)
         out = []
         for text, frames in zip(call.replacements, call.frames, strict=True):
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -187,6 +234,8 @@ class GenericFamily:
                 return self._image(media.height, media.width)
             if media.kind == "audio":
                 return self._audio_item(media, part=part or "audio")
+            if self.audio_in_video and media.audio is not None:
+                return self._video_with_track(media)
             s = media.sampling
             return self._video(tuple(s.frame_indices), s.native_fps, s.total_frames, s.resized_height, s.resized_width)
         except DropError:
@@ -197,6 +246,9 @@ class GenericFamily:
     def _rule_name(self, media: MediaInfo) -> str:
         if media.kind == "audio":
             return f"{type(self.processor).__name__}'s audio rule ({self.audio_rule.feature_extractor})"
+        if media.kind == "video" and self.audio_in_video and media.audio is not None:
+            return (f"{type(self.processor).__name__}'s video-with-audio rule ({type(self.processor.video_processor).__name__}, "
+                    f"{self.audio_rule.feature_extractor})")  # fmt: skip
         owner = self.processor.image_processor if media.kind == "image" else self.processor.video_processor
         return f"{type(owner).__name__}'s size rule"
 
@@ -212,12 +264,26 @@ class GenericFamily:
                              audio_pad=getattr(self.processor, "audio_token", None) or default.audio_pad)
 
     def in_sample(self, rules: ModelRules, media: Sequence[MediaInfo]) -> Sequence[MediaInfo]:
-        """The sample's items with each audio item's ``in_call`` set to every audio of the sample: the processor
-        call pads them together, so a clip's count may depend on the longest (audio_rules.py); others unchanged."""
-        call = tuple((m.samples, m.sample_rate) for m in media if m.kind == "audio")
+        """The sample's items with each audio item's ``in_call`` set to every audio of the sample, and each video
+        track's (``load_audio_from_video``) to the same call: the processor pads the audios and tracks of one call
+        together, so a clip's count may depend on the longest (audio_rules.py); others unchanged."""
+        call = tuple((c.samples, c.sample_rate) for c in map(self._clip_of, media) if c is not None)
         if not call:
             return media
-        return [dataclasses.replace(m, in_call=call) if m.kind == "audio" else m for m in media]
+        out = []
+        for m in media:
+            if m.kind == "audio":
+                m = dataclasses.replace(m, in_call=call)
+            elif self._clip_of(m) is not None:
+                m = dataclasses.replace(m, audio=dataclasses.replace(m.audio, in_call=call))
+            out.append(m)
+        return out
+
+    def _clip_of(self, media: MediaInfo):
+        """The item's clip in its processor call: an audio item, a video's track where the setting reads it."""
+        if media.kind == "audio":
+            return media
+        return media.audio if media.kind == "video" and self.audio_in_video and media.audio is not None else None
 
     def compact_text(self, text: str, special: SpecialTokens) -> str:
         return f"{self.text_prefix}{text}{self.text_suffix}"
@@ -231,7 +297,11 @@ class GenericFamily:
             raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {type(self.processor).__name__} takes no image")
         if media.kind == "audio" and not self.takes_audio:
             raise DropError(Reason.UNSUPPORTED_MEDIA, f"{part}: {self.name}: {self.no_audio_reason}")
-        self.expansion(dataclasses.replace(media, in_call=()) if media.kind == "audio" else media, part=part)
+        if media.kind == "audio":
+            media = dataclasses.replace(media, in_call=())
+        elif self._clip_of(media) is not None:
+            media = dataclasses.replace(media, audio=dataclasses.replace(media.audio, in_call=()))
+        self.expansion(media, part=part)
 
     def replacement_text(self, rules: ModelRules, special: SpecialTokens, media: MediaInfo) -> str:
         return self.expansion(media).text
@@ -239,7 +309,8 @@ class GenericFamily:
     def replacement_size(self, rules: ModelRules, media: MediaInfo, count_text: Callable[[str], int]) -> Size:
         e = self.expansion(media)
         return Size(tokens=e.tokens, media_tokens=e.media_tokens, encoder_patches=e.encoder_patches,
-                    encoder_attention=e.encoder_attention)  # fmt: skip
+                    encoder_attention=e.encoder_attention, audio_frames=e.audio_frames,
+                    audio_attention=e.audio_attention)  # fmt: skip
 
     def sample_video(self, rules: ModelRules, info: VideoInfo, video: VideoConfig, *, part: str) -> VideoSampling:
         """The frames the processor's own rule picks, at the reader's size (the processor resizes them)."""
@@ -292,6 +363,8 @@ def build_generic(path: str | Path, model_type: str, processor_kwargs: dict, *, 
     except ConfigError as exc:
         raise Unservable(str(exc)) from None
     processor = parts.processor
+    merged = processor._merge_kwargs(tokenizer_init_kwargs=processor.tokenizer.init_kwargs)
+    audio_in_video = audio_in_video_setting(processor, merged, processor_kwargs, model_type=model_type)  # ConfigError
     if stand_in_class is not None:
         processor.video_processor = stand_in_class.from_folder(path, processor_kwargs)
     missing = {a: why for a, why in parts.missing.items() if not (a == "video_processor" and stand_in_class)}
@@ -303,10 +376,15 @@ def build_generic(path: str | Path, model_type: str, processor_kwargs: dict, *, 
                          f"({missing['video_processor']}) and vlmpack has no written-out rule for it "
                          "(families/video_rules.py)")  # fmt: skip
     try:
-        return GenericFamily(processor, model_type=model_type, path=path, kwargs=processor_kwargs,
-                             stand_in=stand_in_class.__name__ if stand_in_class else "")  # fmt: skip
+        family = GenericFamily(processor, model_type=model_type, path=path, kwargs=processor_kwargs,
+                               stand_in=stand_in_class.__name__ if stand_in_class else "", audio_in_video=audio_in_video)  # fmt: skip
     except ConfigError as exc:  # the video rule refuses every video (processor_frames)
         raise Unservable(str(exc)) from None
+    if audio_in_video and not (family.takes_audio and family.takes_video):
+        raise ConfigError(f"model.processor_kwargs.load_audio_from_video: {model_type}'s video audio tracks cannot be "
+                          f"counted here ({family.no_audio_reason if not family.takes_audio else family.no_video_reason}); "
+                          "remove the setting")  # fmt: skip
+    return family
 
 
 

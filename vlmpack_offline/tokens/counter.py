@@ -359,6 +359,8 @@ class TokenCounter:
                     encoder = work["audio" if item.kind == "audio" else "vision"]
                     encoder[0] += size.encoder_patches
                     encoder[1] += size.encoder_attention
+                    work["audio"][0] += size.audio_frames  # a video's own audio track (load_audio_from_video)
+                    work["audio"][1] += size.audio_attention
                 results[index] = Count(token_len=token_len, media_tokens=media_tokens,
                                        encoder_patches=work["vision"][0], encoder_attention=work["vision"][1],
                                        audio_frames=work["audio"][0], audio_attention=work["audio"][1])  # fmt: skip

@@ -36,6 +36,9 @@ class VideoMedia:
     kind: ClassVar[str] = "video"
     sampling: VideoSampling  # the frames the loader will decode, and their size
     span: PacketSpan | None = None  # where the probe's packets end against the header (the scan's integrity check)
+    # its own audio track where the family reads it (Qwen-Omni's load_audio_from_video, families/audio_rules.py):
+    # None when the setting is off or the file has no audio stream (the processor then counts a plain video)
+    audio: AudioMedia | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +124,8 @@ def probe_media(
     elif kind == "video":
         settings = resolve_video(video, rules.video, factor=rules.factor)  # config > folder > recipe
         info = probe_video(data, reader=settings.reader, part=part)
-        media = VideoMedia(sampling=sample_for(rules, info, settings, part=part), span=info.span)
+        track = _audio_track(data, part=part) if check_grid and getattr(family, "audio_in_video", False) else None
+        media = VideoMedia(sampling=sample_for(rules, info, settings, part=part), span=info.span, audio=track)
     elif kind == "audio":
         from ..media.audio import probe_audio  # PyAV: paid by a scan that meets audio only
 
@@ -132,3 +136,23 @@ def probe_media(
     if check_grid and family is not None:  # e.g. Qwen-VL's aspect limit, so the drop is recorded at probe time
         family.check(rules, media, part=part)
     return media
+
+
+def _audio_track(data: bytes, *, part: str) -> AudioMedia | None:
+    """A video's first audio stream as the loader decodes it (``media.audio``), or None where the file has none:
+    the processor then gives the video no audio (``_resolve_audio_from_video`` skips a silent video). A track
+    that is there but cut or unreadable is the video's drop, named as its audio track."""
+    import io
+
+    import av
+
+    from ..media.audio import probe_audio
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.audio:
+                return None
+    except Exception as exc:  # noqa: BLE001 - probe_video read it: a container PyAV cannot reopen is corrupt
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: its audio track cannot be read (PyAV: {exc})") from None
+    audio = probe_audio(data, part=f"{part} (its audio track)")
+    return AudioMedia(samples=audio.samples, sample_rate=audio.sample_rate, channels=audio.channels)

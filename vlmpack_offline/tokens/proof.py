@@ -6,7 +6,9 @@ taken only when every replacement string and every whole-sample ``input_ids`` le
 
     images   12 sizes: squares, 4:3, 16:9 and 9:16, 1:15 and 15:1, 1:300 (past Qwen-style aspect limits),
              tiny (17 x 33, 1 x 1), odd, large; plus one sample with two images
-    videos   8 clips of 10 .. 200 frames at 2 .. 30 fps (below, at and above 32-frame and 2 fps rules)
+    videos   8 clips of 10 .. 200 frames at 2 .. 30 fps (below, at and above 32-frame and 2 fps rules); with
+             ``load_audio_from_video`` (Qwen-Omni) each clip also with an audio track (as long as the clip, and
+             one twice as long), and one clip with a track beside a standalone audio (one call, padded together)
     audios   where the family takes audio: 11 clips (in samples at the feature extractor's rate: below one frame,
              around 10 and 100 hops, around 1 s and 2 s chunks, around 30 s where Whisper-sized extractors cut
              or chunk) and two samples of several clips of different lengths in ONE call (the shorter ones padded
@@ -64,6 +66,9 @@ PROOF_VIDEOS = ((10, 2.0, 64, 96), (16, 24.0, 120, 200), (31, 30.0, 90, 160), (3
 # audio clips, in samples at the feature extractor's rate (Whisper and Gemma4: 16 kHz, hop 160)
 PROOF_AUDIOS = (80, 1599, 1600, 1601, 15999, 16000, 16161, 32000, 32159, 479999, 480001)
 PROOF_AUDIO_CALLS = ((1600, 33333, 16080), (16010, 16160))  # several clips in one sample: padded together
+
+# load_audio_from_video: (video index in PROOF_VIDEOS, track seconds per video second, standalone audio samples)
+PROOF_TRACKS = ((0, 2.0, 0), (3, 1.0, 48_000))
 
 _CANONICAL_VIDEO = (64, 32.0, 144, 256)  # a clip every rule here takes: whether the real processor runs at all
 
@@ -278,33 +283,59 @@ class _Checker:
             if mismatch := self._mismatch(f"a {frames}-frame {width}x{height} video at {fps:g} fps", generic, real):
                 return checked, mismatch
             checked += 1
+        if not getattr(self.family, "audio_in_video", False):
+            return checked, ""
+        rate = self.family.audio_rule.sampling_rate  # each video with its own track, and two with other clips
+        tracks = [(i, 1.0, 0) for i in range(len(PROOF_VIDEOS))] + list(PROOF_TRACKS)
+        for index, stretch, beside in tracks:
+            frames, fps, height, width = PROOF_VIDEOS[index]
+            track = round(frames / fps * stretch * rate)
+            generic, real = self._video_sample(frames, fps, height, width, track=track, beside=beside)
+            what = f"a {frames}-frame {width}x{height} video at {fps:g} fps with a {track}-sample audio track" + (
+                f" beside a {beside}-sample audio" if beside else "")
+            if mismatch := self._mismatch(what, generic, real):
+                return checked, mismatch
+            checked += 1
         return checked, ""
 
-    def _video_sample(self, frames: int, fps: float, height: int, width: int):
+    def _video_sample(self, frames: int, fps: float, height: int, width: int, *, track: int = 0, beside: int = 0):
+        """A video alone, or (``load_audio_from_video``) with a ``track``-sample audio track at the feature
+        extractor's rate, after a ``beside``-sample standalone audio: the real call gets the decoded clips, one per
+        slot, with ``audio_from_video_indices`` (as the loader passes them)."""
         import numpy as np
         from transformers.video_utils import VideoMetadata
 
         from ..media.video_meta import VideoInfo
-        from .media_info import VideoMedia
+        from .media_info import AudioMedia, VideoMedia
 
-        conversation = self._conversation(("video",))
+        kinds = ("audio", "video") if beside else ("video",)
+        conversation = self._conversation(kinds)
         rendered, _ = self.counter.render(conversation)
         info = VideoInfo(n_frames=frames, native_fps=fps, height=height, width=width, backend="pyav")
         pixels = np.full((frames, height, width, 3), 128, dtype=np.uint8)
         metadata = VideoMetadata(total_num_frames=frames, fps=fps, duration=frames / fps, width=width, height=height)
+        slots = {}
+        if getattr(self.family, "audio_in_video", False):  # the folder's own spelling may not reach the call
+            rate = self.family.audio_rule.sampling_rate
+            clips = [(0.1 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32) for n in (beside, track) if n]
+            slots = {"load_audio_from_video": True, "audio": clips or None,
+                     "audio_from_video_indices": ([None] if beside else []) + ([0] if track else [])}  # fmt: skip
         try:
             sampling = self.family.sample_video(self.counter.rules, info, VideoConfig(), part="video")
         except DropError as exc:  # its rule refuses the video: so must the real processor's own call
-            return exc, self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)])
-        generic = self._generic(conversation, [VideoMedia(sampling=sampling)])
-        whole = self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)])
+            return exc, self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)], **slots)
+        media = [AudioMedia(samples=beside, sample_rate=rate, channels=1)] if beside else []
+        audio = AudioMedia(samples=track, sample_rate=rate, channels=1) if track else None
+        generic = self._generic(conversation, [*media, VideoMedia(sampling=sampling, audio=audio)])
+        whole = self._real(rendered, videos=[pixels], video_metadata=[copy.deepcopy(metadata)], **slots)
         if not isinstance(whole, Exception):
             return generic, whole
         # the call on a whole video failed (Molmo2 indexes a numpy video by a one-element tensor): as the loader
         # calls it, on the frames the rule picked, with do_sample_frames=False and their indices in the metadata
         picked = list(sampling.frame_indices)
         metadata.frames_indices = picked
-        return generic, self._real(rendered, videos=[pixels[picked]], video_metadata=[metadata], do_sample_frames=False)
+        return generic, self._real(rendered, videos=[pixels[picked]], video_metadata=[metadata], do_sample_frames=False,
+                                   **slots)  # fmt: skip
 
 
     # -- audio ----------------------------------------------------------------------------------------
