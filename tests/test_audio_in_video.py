@@ -33,7 +33,7 @@ from vlmpack_offline.config import config_from_dict
 from vlmpack_offline.conversation import parse_conversation
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.synthetic.audio import encode_audio, encode_video_with_audio
-from vlmpack_offline.synthetic.shards import video_bytes
+from vlmpack_offline.synthetic.shards import SyntheticSample, video_bytes, write_shard
 from vlmpack_offline.tokens import make_counter
 from vlmpack_offline.tokens.factory import counting_path
 from vlmpack_offline.tokens.media_info import AudioMedia
@@ -188,6 +188,30 @@ def test_the_track_costs_the_audio_encoder_what_the_same_clip_costs_alone(counte
     assert alone.encoder_patches > 0
     assert (with_track.audio_frames, with_track.audio_attention) == (alone.encoder_patches, alone.encoder_attention)
     assert (with_track.encoder_patches, with_track.encoder_attention) == (silent.encoder_patches, silent.encoder_attention)
+
+
+def test_a_scan_counts_the_tracks_into_its_manifest(folders, parts, tmp_path):
+    """``vlmpack scan`` under the setting: each sample's token_len is the real processor's (PINNED), the tracks'
+    audio-encoder work is in its row."""
+    from vlmpack_offline.manifest import Manifest, manifest_path
+    from vlmpack_offline.stages import scan
+
+    samples = [SyntheticSample(key=name, json={"messages": _messages(name)}, media={p: parts[p] for p in SAMPLES[name]})
+               for name in SAMPLES]  # fmt: skip
+    write_shard(tmp_path / "shards" / "part-000.tar", samples)
+    folder = folders["qwen3_omni_moe", "transformers5"]
+    config = config_from_dict({
+        "data": {"wds_dir": str(tmp_path / "shards"), "work_dir": str(tmp_path / "work"),
+                 "packed_wds_dir": str(tmp_path / "out")},
+        "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder), "load_audio_from_video": True}},
+        "loss": {"train_on": "all"},
+    }, source="test")  # fmt: skip
+    scan.run(config)
+    with Manifest(manifest_path(config.work_dir)) as manifest:
+        rows = {s.key: s for s in manifest.iter_samples()}
+    assert {key: row.status for key, row in rows.items()} == dict.fromkeys(SAMPLES, "ok")
+    assert {key: row.token_len for key, row in rows.items()} == PINNED["qwen3_omni_moe"]
+    assert rows["video_with_audio"].audio_frames > 0 and rows["video_without_audio"].audio_frames == 0
 
 
 def test_a_processor_without_the_path_refuses_the_setting_at_scan_start(folders):
