@@ -103,7 +103,14 @@ class _CannotRun(Exception):
 def prove_folder(model: ModelConfig, model_type: str) -> Verdict:
     """The verdict for this folder (module doc), from the cache when it holds one."""
     key = _key(model, model_type)
-    return _memo(key, model, model_type)
+    verdict = _memo(key, model, model_type)
+    setting = next((k for k in ("load_audio_from_video", "use_audio_in_video") if model.processor_kwargs.get(k) is True), None)
+    if setting and not verdict.ok:  # the slow path would run the processor without the tracks vlmpack reads
+        from ..errors import ConfigError
+
+        raise ConfigError(f"model.processor_kwargs.{setting}: vlmpack counts a video's own audio track on the generic "
+                          f"path only, which cannot count {model.processor_path} ({verdict.line}); remove {setting}")  # fmt: skip
+    return verdict
 
 
 def _memo(key: str, model: ModelConfig, model_type: str) -> Verdict:
