@@ -204,7 +204,7 @@ def test_a_scan_counts_the_tracks_into_its_manifest(folders, parts, tmp_path):
         "data": {"wds_dir": str(tmp_path / "shards"), "work_dir": str(tmp_path / "work"),
                  "packed_wds_dir": str(tmp_path / "out")},
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(folder), "load_audio_from_video": True}},
-        "loss": {"train_on": "all"},
+        "loss": {"train_on": "all"}, "scan": {"decode_check": True},  # the tracks decoded to their end too
     }, source="test")  # fmt: skip
     scan.run(config)
     with Manifest(manifest_path(config.work_dir)) as manifest:

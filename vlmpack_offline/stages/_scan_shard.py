@@ -306,6 +306,11 @@ def _decode(kind: str, data: bytes, info, *, part: str) -> None:
             frames = decode_frames(data, sampling, resize=False)
             if len(frames) != len(sampling.frame_indices):
                 raise ValueError(f"{len(frames)} of {len(sampling.frame_indices)} sampled frames decode")
+            track = getattr(_video_media(info), "audio", None)  # its own audio track (load_audio_from_video)
+            if track is not None:
+                from ..media.audio import check_decodes
+
+                check_decodes(data, samples=track.samples, part=f"{part} (its audio track)")
     except DropError:
         raise
     except Exception as exc:  # noqa: BLE001 - decoders raise many types on cut or damaged data
