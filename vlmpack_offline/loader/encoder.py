@@ -246,7 +246,7 @@ class PackEncoder:
         subs = []
         for sub in pack.samples:
             conversation = _conversation(sub)
-            images, videos, metadata, audios = [], [], [], []
+            images, videos, metadata, audios, slots = [], [], [], [], []
             for ref in conversation.media:
                 if ref.part not in media:
                     raise KeyError(f"pack {pack.pack_id}, sample {sub.id!r}: media part {ref.part!r} is missing from the pack")
@@ -257,14 +257,18 @@ class PackEncoder:
                         images.append(image)
                     elif ref.kind == "audio":  # mono at the feature extractor's rate, as the scan decoded it
                         audios.append(self.pack_processor.audio(media[ref.part], part=ref.part))
+                        slots.append(None)
                     else:  # the scan's own probe: the frames it counted, at the size it passed them
                         info = self.counter.probe("video", media[ref.part], part=ref.part)
+                        if getattr(info, "audio", None) is not None:  # its own track (load_audio_from_video)
+                            audios.append(self.pack_processor.audio(media[ref.part], part=f"{ref.part} (its audio track)"))
+                            slots.append(len(videos))
                         sampling = info.sampling if isinstance(info, VideoMedia) else info.video.sampling
                         videos.append(decode_frames(media[ref.part], sampling))
                         metadata.append(video_metadata(sampling))
             subs.append(SubSampleMedia(sample_id=sub.id, conversation=conversation, token_len=sub.token_len,
                                        images=tuple(images), videos=tuple(videos), video_metadata=tuple(metadata),
-                                       audios=tuple(audios)))  # fmt: skip
+                                       audios=tuple(audios), audio_from_video_indices=tuple(slots)))  # fmt: skip
         rows, fields = self.pack_processor.rows(pack.pack_id, subs, check_lengths=self.options.check_lengths)
         segments = [
             _Segment(sample_id=sub.sample_id, input_ids=row.input_ids, labels=row.labels, positions=row.positions,

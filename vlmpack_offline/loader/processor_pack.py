@@ -11,6 +11,12 @@ each sub-sample's rendered chat and decoded media, the same inputs the scan coun
               do_sample_frames=False: the processor takes exactly these frames and their timestamps
     audio     float32 mono at the feature extractor's sampling_rate (media/audio.py ``decode_audio``, the scan's
               own decode), passed as ``audio=`` in the conversation's order
+    tracks    with ``load_audio_from_video`` (Qwen-Omni; the scan's probe read the track: ``VideoMedia.audio``)
+              each video's own audio track, decoded the same way, is one more ``audio=`` slot at the video's
+              place, with ``audio_from_video_indices`` (None for an audio item, the video's index for a track)
+              and ``load_audio_from_video=True``: the callers' form ``OmniModalProcessorMixin``
+              ``_resolve_audio_from_video`` takes without decoding (tf/processing_utils.py); the row's rope
+              index gets ``use_audio_in_video=True`` (Qwen-Omni's ``get_rope_index``)
 
 The pack's sub-samples go through ONE processor call, as a batch of samples (``text=[...]``, each
 sample's images and videos nested), the way HF batches samples for its models: fields that index
@@ -90,6 +96,13 @@ class SubSampleMedia:
     videos: tuple[np.ndarray, ...]  # [T, H, W, 3] uint8 frames per video
     video_metadata: tuple[Any, ...]  # transformers VideoMetadata per video
     audios: tuple[np.ndarray, ...] = ()  # float32 mono at the feature extractor's sampling_rate, in order
+    # per audio slot: None for an audio item, i for videos[i]'s own track (load_audio_from_video); () = all None
+    audio_from_video_indices: tuple[int | None, ...] = ()
+
+    @property
+    def has_tracks(self) -> bool:
+        """Whether a video's own audio track is among ``audios``."""
+        return any(i is not None for i in self.audio_from_video_indices)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +143,13 @@ def _items_of(media: dict[str, Any], subs: Sequence[SubSampleMedia], index: int)
             start = sum(counts[:index])
             out[name] = value[start : start + counts[index]]
     return out
+
+
+def _interleaves(processor) -> bool:
+    """Whether the processor can read a video's audio track (transformers' omni processors)."""
+    from transformers.processing_utils import OmniModalProcessorMixin
+
+    return isinstance(processor, OmniModalProcessorMixin)
 
 
 def _media_of(out) -> dict[str, Any]:
@@ -229,6 +249,11 @@ class ProcessorPack:
                     "items (unsupported_media): rerun scan/plan/write with this processor folder"
                 )
             kwargs["audio"] = [audio for s in subs for audio in s.audios]  # flat, as make_list_of_audio takes them
+        if kwargs.get("videos") and _interleaves(self.processor):
+            # every slot named (a folder's load_audio_from_video would make the call decode the videos itself)
+            kwargs["audio_from_video_indices"] = [i for s in subs for i in (s.audio_from_video_indices or (None,) * len(s.audios))]
+            if any(s.has_tracks for s in subs):  # one sub-sample per call then (its audio)
+                kwargs["load_audio_from_video"] = True
         return self.processor(text=texts, padding=True, return_attention_mask=True, return_tensors="pt",
                               return_text_replacement_offsets=True, **kwargs)  # fmt: skip
 
@@ -270,8 +295,9 @@ class ProcessorPack:
                     "config differ from the scan's: rerun scan/plan/write with the loader's config"
                 )
             learned = self._learned(text, spans, part.replacements, row_ids, learn_all, sub.sample_id)
+            tracks = {"use_audio_in_video": True} if sub.has_tracks else {}  # Qwen-Omni's get_rope_index
             positions = self.rope.positions(row_ids[None], mm_token_type_ids=part.tokens.get("mm_token_type_ids"),
-                                            **part.items)  # fmt: skip
+                                            **part.items, **tracks)  # fmt: skip
             rows.append(Row(
                 input_ids=row_ids.long(),
                 labels=sub_sample_labels(row_ids.long(), learned),

@@ -15,7 +15,9 @@ sample::
                         the batch call, the labels carried through the processor's replacements, the rope index
                         on its fields (Qwen-Omni's counts an audio's tokens from its mel frames beside an
                         image), the per-row shapes; with audio, the whole pack once more (one call per
-                        sub-sample, the audio fields joined: ``processor_pack.py``)
+                        sub-sample, the audio fields joined: ``processor_pack.py``); with
+                        ``load_audio_from_video`` the video with a two-second track of its own (the frames and
+                        the track's tokens interleaved, the rope index with ``use_audio_in_video``)
 
 A part that needs torchvision where it is missing (a video processor, Molmo2's image processor) is not
 refused: the loader runs where torchvision is installed; ``vlmpack scan`` logs that it was left out.
@@ -25,6 +27,7 @@ under the folder's files, the versions and the loader's deciding source), so a l
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -151,10 +154,11 @@ def _check(path: str, model_type: str, kwargs_json: str, stamp: tuple) -> None:
         processor = load_processor(path, model_type, kwargs)
     except Exception as exc:  # noqa: BLE001
         raise ConfigError(f"{what}: the loader cannot serve it: its processor does not load ({exc})") from None
-    _check_pack(what, processor, rope)
+    tracks = any(kwargs.get(key) is True for key in ("load_audio_from_video", "use_audio_in_video"))
+    _check_pack(what, processor, rope, tracks=tracks)
 
 
-def _check_pack(what: str, processor, rope) -> None:
+def _check_pack(what: str, processor, rope, *, tracks: bool = False) -> None:
     """``ProcessorPack.rows`` on a generated pack (module doc); ``ConfigError`` with the step that failed."""
     import numpy as np
     from PIL import Image
@@ -196,6 +200,11 @@ def _check_pack(what: str, processor, rope) -> None:
         samples.append(_generated("audio", (("audio", tone),)))
         if any(s.sample_id == "image" for s in samples):
             samples.append(_generated("image+audio", (("image", image), ("audio", tone))))
+        if tracks and any(s.sample_id == "video" for s in samples):  # load_audio_from_video: its own track
+            track = np.tile(tone, 2)
+            video = next(s for s in samples if s.sample_id == "video")
+            samples.append(dataclasses.replace(video, sample_id="video+track", audios=(track,),
+                                               audio_from_video_indices=(0,)))  # fmt: skip
     checked = []
     for sample in samples:
         if _checked(what, pack, [sample]):
