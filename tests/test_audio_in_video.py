@@ -185,8 +185,8 @@ def test_the_track_costs_the_audio_encoder_what_the_same_clip_costs_alone(counte
     track = counter.probe("video", parts["talk.mp4"], part="talk.mp4").audio
     alone = family.replacement_size(counter.rules, track, len)
     with_track, silent = _count(counter, parts, "video_with_audio"), _count(counter, parts, "video_without_audio")
-    assert alone.encoder_patches > 0
-    assert (with_track.audio_frames, with_track.audio_attention) == (alone.encoder_patches, alone.encoder_attention)
+    assert alone.audio_frames > 0
+    assert (with_track.audio_frames, with_track.audio_attention) == (alone.audio_frames, alone.audio_attention)
     assert (with_track.encoder_patches, with_track.encoder_attention) == (silent.encoder_patches, silent.encoder_attention)
 
 

@@ -99,10 +99,10 @@ def tokenizer_token(tokenizer, attribute: str, default: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Size:
-    """What one media item costs: its tokens in the sequence, and its run through its encoder (the vision
-    encoder for an image or video, the audio encoder for an audio item: the frames its layers run on, after its
-    conv front end, and the sum over the windows it attends within of frames**2; the counter keeps the two
-    encoders apart).
+    """What one media item costs: its tokens in the sequence, and its runs through the encoders: the vision
+    encoder's patches and attention blocks for an image or video, the audio encoder's for an audio item or a video's
+    own track (the frames its layers run on, after its conv front end, and the sum over the windows it attends
+    within of frames**2). The plan prices the two encoders apart (``packing/cost.py``).
 
     The encoder fields feed the plan's compute cost (its vision-encoder term). ``encoder_attention``
     sums ``n**2`` over the blocks the encoder attends within, ``n`` the tokens of one block: the patches
@@ -115,8 +115,8 @@ class Size:
     media_tokens: int  # the model's media (soft / pad) tokens among them
     encoder_patches: int = 0  # patches the vision encoder runs for this item, before any merge or pooling
     encoder_attention: int = 0  # sum over its independent full-attention blocks of (tokens in the block)**2
-    audio_frames: int = 0  # a video's own audio track (load_audio_from_video): the audio encoder's tokens for it
-    audio_attention: int = 0  # and its attention windows' tokens**2 (an audio item's are in encoder_*)
+    audio_frames: int = 0  # the audio encoder's frames for an audio item, or a video's track (load_audio_from_video)
+    audio_attention: int = 0  # and its attention windows' frames**2
 
 
 class Family(Protocol):

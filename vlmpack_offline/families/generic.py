@@ -89,9 +89,9 @@ class Expansion:
     text: str  # the exact string the processor splices in for the item's placeholder
     tokens: int  # its tokens
     media_tokens: int  # those among the processor's image / video / audio token ids
-    encoder_patches: int  # encoder patches (generic_fields.py; audio: the audio encoder's tokens, audio_rules.py)
-    encoder_attention: int  # sum over the encoder's attention blocks of (patches in the block)**2
-    audio_frames: int = 0  # a video's audio track: the audio encoder's tokens (audio_rules.AudioEncoder.work)
+    encoder_patches: int  # vision-encoder patches (generic_fields.py)
+    encoder_attention: int  # sum over the vision encoder's attention blocks of (patches in the block)**2
+    audio_frames: int = 0  # an audio item's or a video's track: the audio encoder's tokens (AudioEncoder.work)
     audio_attention: int = 0  # and its attention windows' tokens**2
 
 
@@ -206,7 +206,8 @@ class GenericFamily:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             patches, attention = self.audio_encoder.work(frames) if self.audio_encoder is not None else (0, 0)
             out.append(Expansion(text=text, tokens=len(ids), media_tokens=sum(1 for i in ids if i in self.media_ids),
-                                 encoder_patches=patches, encoder_attention=attention))  # fmt: skip
+                                 encoder_patches=0, encoder_attention=0, audio_frames=patches,
+                                 audio_attention=attention))  # fmt: skip
         return tuple(out)
 
     def _audio_item(self, media: MediaInfo, *, part: str) -> Expansion:

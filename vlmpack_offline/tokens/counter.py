@@ -350,20 +350,15 @@ class TokenCounter:
                 self._check_pads(conversation, _pad_kinds(ids, self._pad_ids))
                 if found_spans is not None:
                     _require_span(found_spans)
-                token_len, media_tokens = len(ids), 0
-                work = {"vision": [0, 0], "audio": [0, 0]}  # each encoder's (patches or frames, attention)
-                for item in self.expander.in_sample(media):
-                    size = self.expander.replacement_size(item)
-                    token_len += size.tokens - 1
-                    media_tokens += size.media_tokens
-                    encoder = work["audio" if item.kind == "audio" else "vision"]
-                    encoder[0] += size.encoder_patches
-                    encoder[1] += size.encoder_attention
-                    work["audio"][0] += size.audio_frames  # a video's own audio track (load_audio_from_video)
-                    work["audio"][1] += size.audio_attention
-                results[index] = Count(token_len=token_len, media_tokens=media_tokens,
-                                       encoder_patches=work["vision"][0], encoder_attention=work["vision"][1],
-                                       audio_frames=work["audio"][0], audio_attention=work["audio"][1])  # fmt: skip
+                sizes = [self.expander.replacement_size(item) for item in self.expander.in_sample(media)]
+                results[index] = Count(
+                    token_len=len(ids) + sum(size.tokens - 1 for size in sizes),
+                    media_tokens=sum(size.media_tokens for size in sizes),
+                    encoder_patches=sum(size.encoder_patches for size in sizes),
+                    encoder_attention=sum(size.encoder_attention for size in sizes),
+                    audio_frames=sum(size.audio_frames for size in sizes),
+                    audio_attention=sum(size.audio_attention for size in sizes),
+                )
             except DropError as exc:
                 results[index] = exc
         return results  # type: ignore[return-value]
