@@ -227,8 +227,9 @@ def audio_rule_for(processor, audio_kwargs: dict) -> tuple[AudioRule | None, str
     ``audio_kwargs`` (``processor._merge_kwargs``, as its ``__call__`` merges them). A one-second clip is counted
     once, so call settings the rule cannot follow are found here, not at the first sample."""
     name = type(processor).__name__
-    fe = getattr(processor, "audio_processor", None) or getattr(processor, "feature_extractor", None)
-    if fe is None or not getattr(processor, "audio_token", None):
+    from ..tokens.processor_parts import audio_extractor
+
+    if audio_extractor(processor) is None:
         return None, f"{name} has no audio feature extractor or audio token"
     try:
         rule = AudioRule(processor, audio_kwargs)
