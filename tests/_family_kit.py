@@ -18,7 +18,8 @@ from vlmpack_offline.packed_format import PackedSample, PackedSubSample
 from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, image_bytes, write_shard
 from vlmpack_offline.tario import iter_samples, read_range, split_key
 
-__all__ = ["scan_config", "edge_dataset", "sub_sample_images", "processor_on", "samples_in", "read_packs", "pack_of", "text_item", "TEXT_TURNS", "IMAGE_TURNS"]
+__all__ = ["scan_config", "edge_dataset", "sub_sample_images", "processor_on", "samples_in", "read_packs", "pack_of", "text_item",
+           "segment_bounds", "forward_fields", "TEXT_TURNS", "IMAGE_TURNS"]
 
 
 def scan_config(tmp_path: Path, wds: Path, processor_dir: Path, *, max_token_len: int = 65536,
@@ -92,6 +93,20 @@ def processor_on(oracle, sub: PackedSubSample, media: dict[str, bytes]) -> tuple
     images = sub_sample_images(sub, media)
     text = oracle.apply_chat_template(list(sub.messages), tokenize=False)
     return images, oracle(text=[text], images=images or None, return_tensors="pt")
+
+
+def segment_bounds(batch) -> list[tuple[int, int]]:
+    """(start, end) of each sub-sample of a ``PackBatch``, from its ``cu_seqlens``."""
+    edges = batch.cu_seqlens.tolist()
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def forward_fields(model, out: dict) -> dict:
+    """The fields of a processor's output that the model's ``forward`` takes, labels left out."""
+    import inspect
+
+    names = set(inspect.signature(model.forward).parameters)
+    return {k: v for k, v in out.items() if k in names and k != "labels"}
 
 
 def text_item(text: str) -> dict:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import images_only, text_item
+from _family_kit import forward_fields, images_only, segment_bounds, text_item
 from _folders_2026 import every_frame
 from PIL import Image
 
@@ -336,11 +336,6 @@ def _params() -> list:
     return out
 
 
-def _bounds(batch) -> list[tuple[int, int]]:
-    edges = batch.cu_seqlens.tolist()
-    return list(zip(edges[:-1], edges[1:], strict=True))
-
-
 def _recurrent_kernels() -> bool:
     """Whether the kernels that keep packed sub-samples apart in recurrent layers are installed (CUDA only)."""
     import importlib.util
@@ -348,21 +343,14 @@ def _recurrent_kernels() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("causal_conv1d", "fla"))
 
 
-def _forward_fields(model, out: dict) -> dict:
-    import inspect
-
-    names = set(inspect.signature(model.forward).parameters)
-    return {k: v for k, v in out.items() if k in names and k not in ("labels",)}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", _params(), indirect=True)
 def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(case):
     batch = case.encoder.encode(case.pack, case.media)
     tokenizer = case.processor.tokenizer
-    bounds = _bounds(batch)
+    bounds = segment_bounds(batch)
     assert len(bounds) == len(case.oracle) == 3
-    forward = _forward_fields(case.model, {k: None for o in case.oracle for k in o})
+    forward = forward_fields(case.model, {k: None for o in case.oracle for k in o})
     for (start, end), out, sub in zip(bounds, case.oracle, case.pack.samples, strict=True):
         assert batch.input_ids[0, start:end].tolist() == out["input_ids"][0].tolist(), sub.id
         for name in (k for k in batch.vision if k.endswith("token_type_ids")):  # ERNIE's moe ids, Gemma 4's types
@@ -401,7 +389,7 @@ def test_positions_are_the_models_own_rope_index_on_each_sub_sample(case):
         assert batch.position_ids.shape == (1, batch.seq_len)
     else:
         assert batch.position_ids.shape == (family.rope_shape, 1, batch.seq_len)
-    for (start, end), out in zip(_bounds(batch), case.oracle, strict=True):
+    for (start, end), out in zip(segment_bounds(batch), case.oracle, strict=True):
         if family.rope is None:
             expected = torch.arange(end - start)[None]
         else:
@@ -413,7 +401,7 @@ def test_positions_are_the_models_own_rope_index_on_each_sub_sample(case):
 def _skip_where_the_forward_fails_alone(case) -> None:
     """The capability, detected: where the model's own forward fails on one sub-sample alone (not our input), there
     is nothing to compare the pack with; skipped with the error, so the check runs once a release fixes it."""
-    inputs = _forward_fields(case.model, case.oracle[0])
+    inputs = forward_fields(case.model, case.oracle[0])
     floats = {k: v.to(case.model.dtype) for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()}
     try:
         with torch.no_grad():
@@ -438,15 +426,15 @@ def test_a_packed_forward_equals_each_sub_sample_alone(case):
         return
     scored = batch.labels[0] != IGNORE_INDEX
     # logits at the scored positions only where the forward can (a video pack's [S, vocab 151k] is gigabytes)
-    keep = "logits_to_keep" in _forward_fields(case.model, {"logits_to_keep": None})
+    keep = "logits_to_keep" in forward_fields(case.model, {"logits_to_keep": None})
 
     def logits_at(where: torch.Tensor) -> dict:
         return {"logits_to_keep": torch.nonzero(where)[:, 0]} if keep else {}
 
     with torch.no_grad():
         packed = case.model(**kwargs, **logits_at(scored), output_hidden_states=True)
-        hidden = [case.model(**_forward_fields(case.model, out), **logits_at(scored[start:end]), use_cache=False,
-                             output_hidden_states=True) for out, (start, end) in zip(case.oracle, _bounds(batch), strict=True)]  # fmt: skip
+        hidden = [case.model(**forward_fields(case.model, out), **logits_at(scored[start:end]), use_cache=False,
+                             output_hidden_states=True) for out, (start, end) in zip(case.oracle, segment_bounds(batch), strict=True)]  # fmt: skip
     alone_hidden = torch.cat([h.hidden_states[-1] for h in hidden], dim=1)
     alone_logits = torch.cat([h.logits for h in hidden], dim=1)
     assert packed.hidden_states[-1].shape == alone_hidden.shape

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _family_kit import text_item
+from _family_kit import forward_fields, segment_bounds, text_item
 from _folders_2026 import every_frame
 from PIL import Image
 
@@ -208,16 +208,6 @@ CASES = [pytest.param(t, p, id=f"{t}-{p}", marks=[pytest.mark.torchvision] if p 
          for t in FAMILIES for p in PACKS]  # fmt: skip
 
 
-def _bounds(batch) -> list[tuple[int, int]]:
-    edges = batch.cu_seqlens.tolist()
-    return list(zip(edges[:-1], edges[1:], strict=True))
-
-
-def _forward_fields(model, out: dict) -> dict:
-    names = set(inspect.signature(model.forward).parameters)
-    return {k: v for k, v in out.items() if k in names and k != "labels"}
-
-
 def _audio_token_id(processor) -> int:
     return processor.tokenizer.convert_tokens_to_ids(processor.audio_token)
 
@@ -229,7 +219,7 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(model_type, pa
     batch = case.encoder.encode(pack, _media(model_type))
     assert batch.n_audios_per_sample.tolist() == [len(_parts(s, "audio")) for s in pack.samples]
     audio_id = _audio_token_id(case.processor)
-    for (start, end), out, sub in zip(_bounds(batch), oracle, pack.samples, strict=True):
+    for (start, end), out, sub in zip(segment_bounds(batch), oracle, pack.samples, strict=True):
         ids = batch.input_ids[0, start:end]
         assert ids.tolist() == out["input_ids"][0].tolist(), sub.id
         assert int((ids == audio_id).sum()) > 0 or not _parts(sub, "audio")
@@ -240,7 +230,7 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(model_type, pa
         scored = case.processor.tokenizer.decode(ids[labels != IGNORE_INDEX])
         answer = sub.messages[1]["content"][0]["text"]
         assert answer in scored and len(scored) - len(answer) < 24, (sub.id, scored)
-    forward = _forward_fields(case.model, {k: None for o in oracle for k in o})
+    forward = forward_fields(case.model, {k: None for o in oracle for k in o})
     audio_fields = {k for k in forward if "feature" in k}  # input_features, feature_attention_mask / input_features_mask
     media_fields = {k for k in forward if not k.endswith("token_type_ids") and k not in ("input_ids", "attention_mask")}
     assert media_fields == set(batch.vision) - {k for k in batch.vision if k.endswith("token_type_ids")}
@@ -262,7 +252,7 @@ def test_positions_are_the_models_own_rope_index_on_each_sub_sample(model_type, 
     case = _case(model_type, tmp_path_factory)
     pack, oracle = _pack(case, pack_name)
     batch = case.encoder.encode(pack, _media(model_type))
-    for (start, end), out in zip(_bounds(batch), oracle, strict=True):
+    for (start, end), out in zip(segment_bounds(batch), oracle, strict=True):
         if model_type not in ROPE:
             assert torch.equal(batch.position_ids[..., start:end], torch.arange(end - start)[None])
             continue
@@ -290,8 +280,8 @@ def test_a_packed_forward_equals_each_sub_sample_alone(model_type, pack_name, tm
 
     with torch.no_grad():
         packed = case.model(**kwargs, **logits_at(scored), output_hidden_states=True)
-        each = [case.model(**_forward_fields(case.model, out), **logits_at(scored[start:end]), use_cache=False,
-                           output_hidden_states=True) for out, (start, end) in zip(oracle, _bounds(batch), strict=True)]  # fmt: skip
+        each = [case.model(**forward_fields(case.model, out), **logits_at(scored[start:end]), use_cache=False,
+                           output_hidden_states=True) for out, (start, end) in zip(oracle, segment_bounds(batch), strict=True)]  # fmt: skip
     alone_hidden = torch.cat([h.hidden_states[-1] for h in each], dim=1)
     assert packed.hidden_states[-1].shape == alone_hidden.shape
     assert (packed.hidden_states[-1] - alone_hidden).abs().max() < TOL

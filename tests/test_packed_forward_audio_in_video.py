@@ -20,12 +20,11 @@ Every video processor needs torchvision: the module runs in ``.venv-ref``.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
 import torch
-from _family_kit import text_item
+from _family_kit import forward_fields, segment_bounds, text_item
 from _folders_2026 import every_frame
 
 from vlmpack_offline.config import config_from_dict
@@ -100,26 +99,16 @@ def case(request, tmp_path_factory):
     return model, processor, pack, oracle, batch
 
 
-def _bounds(batch) -> list[tuple[int, int]]:
-    edges = batch.cu_seqlens.tolist()
-    return list(zip(edges[:-1], edges[1:], strict=True))
-
-
-def _forward_fields(model, out: dict) -> dict:
-    names = set(inspect.signature(model.forward).parameters)
-    return {k: v for k, v in out.items() if k in names and k != "labels"}
-
-
 def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(case):
     model, processor, pack, oracle, batch = case
     tokens = {processor.tokenizer.convert_tokens_to_ids(t) for t in (processor.audio_token, processor.video_token)}
     assert batch.n_audios_per_sample.tolist() == [1, 2, 0]  # the tracks are audio slots
-    for (start, end), out, sub in zip(_bounds(batch), oracle, pack.samples, strict=True):
+    for (start, end), out, sub in zip(segment_bounds(batch), oracle, pack.samples, strict=True):
         ids = batch.input_ids[0, start:end]
         assert ids.tolist() == out["input_ids"][0].tolist(), sub.id
         media = torch.tensor([int(i) in tokens for i in ids])
         assert media.any() and (batch.labels[0, start:end][media] == IGNORE_INDEX).all(), sub.id
-    forward = _forward_fields(model, {k: None for o in oracle for k in o})
+    forward = forward_fields(model, {k: None for o in oracle for k in o})
     audio_fields = {k for k in forward if "feature" in k}
     media_fields = {k for k in forward if not k.endswith("token_type_ids") and k not in ("input_ids", "attention_mask")}
     assert audio_fields and media_fields == set(batch.vision) - {k for k in batch.vision if k.endswith("token_type_ids")}
@@ -138,7 +127,7 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(case):
 
 def test_positions_are_the_models_own_rope_index_with_the_tracks_interleaved(case):
     model, processor, pack, oracle, batch = case
-    for (start, end), out, sub in zip(_bounds(batch), oracle, pack.samples, strict=True):
+    for (start, end), out, sub in zip(segment_bounds(batch), oracle, pack.samples, strict=True):
         tracks = any(part in TRACKS for _, part in _items(sub))
         mask = out.get("feature_attention_mask")
         with torch.no_grad():  # the Thinker's own function, as its forward calls it
@@ -154,7 +143,7 @@ def test_a_packed_forward_equals_each_sub_sample_alone(case):
     kwargs = batch.model_kwargs("sdpa", with_labels=False)
     with torch.no_grad():
         packed = model(**kwargs, output_hidden_states=True)
-        each = [model(**_forward_fields(model, out), use_audio_in_video=any(p in TRACKS for _, p in _items(sub)),
+        each = [model(**forward_fields(model, out), use_audio_in_video=any(p in TRACKS for _, p in _items(sub)),
                       use_cache=False, output_hidden_states=True)
                 for out, sub in zip(oracle, pack.samples, strict=True)]  # fmt: skip
     alone_hidden = torch.cat([h.hidden_states[-1] for h in each], dim=1)
