@@ -10,6 +10,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import torch
 import yaml
 from PIL import Image
 
@@ -19,7 +20,7 @@ from vlmpack_offline.synthetic.shards import SyntheticSample, generate_dataset, 
 from vlmpack_offline.tario import iter_samples, read_range, split_key
 
 __all__ = ["scan_config", "edge_dataset", "sub_sample_images", "processor_on", "samples_in", "read_packs", "pack_of", "text_item",
-           "segment_bounds", "forward_fields", "TEXT_TURNS", "IMAGE_TURNS"]
+           "segment_bounds", "forward_fields", "assert_own_rows_then_zeros", "TEXT_TURNS", "IMAGE_TURNS"]
 
 
 def scan_config(tmp_path: Path, wds: Path, processor_dir: Path, *, max_token_len: int = 65536,
@@ -107,6 +108,17 @@ def forward_fields(model, out: dict) -> dict:
 
     names = set(inspect.signature(model.forward).parameters)
     return {k: v for k, v in out.items() if k in names and k != "labels"}
+
+
+def assert_own_rows_then_zeros(packed, expected, name: str) -> None:
+    """Each packed row (an audio's features or mask, padded to the pack's longest) holds its own row at its start
+    and zeros past it."""
+    for row, own in zip(packed, expected, strict=True):
+        inside = tuple(slice(0, size) for size in own.shape)
+        assert torch.equal(row[inside], own), name
+        past = row.clone()
+        past[inside] = 0
+        assert not past.any(), name
 
 
 def text_item(text: str) -> dict:

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _family_kit import forward_fields, segment_bounds, text_item
+from _family_kit import assert_own_rows_then_zeros, forward_fields, segment_bounds, text_item
 from _folders_2026 import every_frame
 from PIL import Image
 
@@ -239,12 +239,7 @@ def test_the_loaders_inputs_are_the_processors_on_each_sub_sample(model_type, pa
     for name in audio_fields:  # each audio's own rows, then zeros to the pack's longest
         expected = [row for o in oracle if name in o for row in o[name]]
         assert len(batch.vision[name]) == len(expected) == sum(batch.n_audios_per_sample.tolist())
-        for packed, own in zip(batch.vision[name], expected, strict=True):
-            inside = tuple(slice(0, size) for size in own.shape)
-            assert torch.equal(packed[inside], own), name
-            past = packed.clone()
-            past[inside] = 0
-            assert not past.any(), name
+        assert_own_rows_then_zeros(batch.vision[name], expected, name)
 
 
 @pytest.mark.parametrize(("model_type", "pack_name"), CASES)

@@ -61,7 +61,7 @@ from .generic_fields import ItemFields, adapter_for
 if TYPE_CHECKING:
     from ..config import VideoConfig
     from ..media import VideoInfo, VideoSampling
-    from ..tokens.media_info import MediaInfo
+    from ..tokens.media_info import AudioMedia, MediaInfo
     from ..tokens.rules import ModelRules
 
 __all__ = ["GenericRules", "GenericFamily", "Expansion", "Unservable", "build_generic", "generic_family", "kwargs_json"]
@@ -184,14 +184,21 @@ class GenericFamily:
 
     def _video_with_track(self, media: MediaInfo) -> Expansion:
         """The video's replacement with its audio track (``media.audio``) within its call (``in_call``)."""
-        from ..media.audio import resampled_length
-
-        track = media.audio
-        call = track.in_call or ((track.samples, track.sample_rate),)
-        lengths = tuple(resampled_length(n, rate, self.audio_rule.sampling_rate) for n, rate in call)
+        lengths, index = self._call_of(media.audio)
         s = media.sampling
         return self._video_audio(tuple(s.frame_indices), s.native_fps, s.total_frames, s.resized_height,
-                                 s.resized_width, lengths, call.index((track.samples, track.sample_rate)))  # fmt: skip
+                                 s.resized_width, lengths, index)  # fmt: skip
+
+    def _call_of(self, clip: AudioMedia) -> tuple[tuple[int, ...], int]:
+        """The lengths of the clips of ``clip``'s processor call (``in_call``; alone when empty) at the feature
+        extractor's rate, and ``clip``'s index among them."""
+        from ..media.audio import resampled_length
+
+        call = clip.in_call or ((clip.samples, clip.sample_rate),)
+        if (clip.samples, clip.sample_rate) not in call:
+            raise ValueError(f"an audio clip of {clip.samples} samples at {clip.sample_rate} Hz is not in its call {call}")
+        lengths = tuple(resampled_length(n, rate, self.audio_rule.sampling_rate) for n, rate in call)
+        return lengths, call.index((clip.samples, clip.sample_rate))
 
     @functools.cached_property
     def audio_encoder(self) -> AudioEncoder | None:
@@ -213,13 +220,7 @@ class GenericFamily:
     def _audio_item(self, media: MediaInfo, *, part: str) -> Expansion:
         """The clip's expansion within its call (``media.in_call``; alone when empty): a clip the processor gives
         no audio token is refused (a zero-length or too short clip would train on nothing)."""
-        from ..media.audio import resampled_length
-
-        call = media.in_call or ((media.samples, media.sample_rate),)
-        if (media.samples, media.sample_rate) not in call:
-            raise ValueError(f"an audio item of {media.samples} samples at {media.sample_rate} Hz is not in its call {call}")
-        lengths = tuple(resampled_length(n, rate, self.audio_rule.sampling_rate) for n, rate in call)
-        index = call.index((media.samples, media.sample_rate))
+        lengths, index = self._call_of(media)
         expansion = self._audio(lengths)[index]
         if not expansion.media_tokens:
             raise DropError(Reason.UNSUPPORTED_MEDIA, (

@@ -324,7 +324,7 @@ class _Checker:
         slots = {}
         if getattr(self.family, "audio_in_video", False):  # the folder's own spelling may not reach the call
             rate = self.family.audio_rule.sampling_rate
-            clips = [(0.1 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32) for n in (beside, track) if n]
+            clips = [_tone(n) for n in (beside, track) if n]
             slots = {"load_audio_from_video": True, "audio": clips or None,
                      "audio_from_video_indices": ([None] if beside else []) + ([0] if track else [])}  # fmt: skip
         try:
@@ -344,7 +344,6 @@ class _Checker:
         return generic, self._real(rendered, videos=[pixels[picked]], video_metadata=[metadata], do_sample_frames=False,
                                    **slots)  # fmt: skip
 
-
     # -- audio ----------------------------------------------------------------------------------------
     def audios(self) -> tuple[int, str]:
         rate = self.family.audio_rule.sampling_rate
@@ -361,7 +360,6 @@ class _Checker:
         return checked, ""
 
     def _audio_sample(self, lengths: tuple[int, ...]):
-        import numpy as np
 
         from .media_info import AudioMedia
 
@@ -369,11 +367,18 @@ class _Checker:
         conversation = self._conversation(("audio",) * len(lengths))
         rendered, _ = self.counter.render(conversation)
         media = [AudioMedia(samples=n, sample_rate=rate, channels=1) for n in lengths]
-        clips = [(0.1 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32) for n in lengths]
+        clips = [_tone(n) for n in lengths]
         real = self._real(rendered, audio=clips)
         if not isinstance(real, Exception) and not all(_holds_audio(self.family, text) for text in real[1]):
             real = ValueError("the real processor gives a clip no audio token")  # the generic path refuses such a clip
         return self._generic(conversation, media), real
+
+
+def _tone(samples: int):
+    """A quiet float32 tone of ``samples`` samples: a clip the real processor takes (its length is what counts)."""
+    import numpy as np
+
+    return (0.1 * np.sin(np.arange(samples, dtype=np.float32) * 0.05)).astype(np.float32)
 
 
 def _holds_audio(family, text: str) -> bool:
