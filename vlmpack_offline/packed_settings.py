@@ -59,6 +59,8 @@ from .schedule import Schedule
 
 __all__ = [
     "SETTINGS_NAME",
+    "WRITE_MARKER",
+    "may_hold_videos",
     "SETTINGS_FORMAT",
     "PROCESSOR_FILES",
     "processor_file_hashes",
@@ -73,6 +75,7 @@ __all__ = [
 ]
 
 SETTINGS_NAME = "vlmpack.json"  # in packed_wds_dir/.nv-meta/
+WRITE_MARKER = "vlmpack_write.json"  # beside it: the write stage's {fingerprint, complete, shards, counts}
 SETTINGS_FORMAT = "vlmpack.packed_settings"
 _VERSION = 1
 _META_DIR = ".nv-meta"  # energon's MAIN_FOLDER_NAME (output.energon_meta.META_DIR)
@@ -184,6 +187,17 @@ def written_mixture(packed_dir: str | Path) -> dict | None:
     """The mixture the plan drew (sources, rules, realised counts and shares); None without one."""
     path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
     return read_packed_settings(packed_dir).get("mixture") if path.is_file() else None
+
+
+def may_hold_videos(packed_dir: str | Path) -> bool:
+    """False only where the finished write recorded no video among the samples it could pack (``counts.videos``):
+    a loader for such a dataset needs no video reader installed; an older dataset's answer is True."""
+    path = Path(packed_dir) / _META_DIR / WRITE_MARKER
+    try:
+        marker = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return True
+    return not (marker.get("complete") and marker.get("counts", {}).get("videos") == 0)
 
 
 def written_alignment(packed_dir: str | Path) -> Alignment:

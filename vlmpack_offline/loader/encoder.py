@@ -58,7 +58,7 @@ from ..errors import LengthMismatchError, MediaDecodeError, VlmpackError
 from ..families import family_for
 from ..media import decode_frames, probe_video
 from ..packed_format import PackedSample, PackedSubSample, pack_key
-from ..packed_settings import check_against_packed_dir, config_from_packed_dir
+from ..packed_settings import check_against_packed_dir, config_from_packed_dir, may_hold_videos
 from ..remote_code import trusted
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, make_counter, probe_media
 from ..tokens.media_info import sample_for
@@ -129,12 +129,14 @@ class PackEncoder:
             check_against_packed_dir(config, config.packed_wds_dir, missing_ok=True)
         self.config = config
         self.options = options or EncoderOptions()
-        rules = load_model_rules(config.model)
+        # a packed set whose write recorded no video needs no video reader on the training machine
+        packed = config.data.packed_wds_dir
+        rules = load_model_rules(config.model, reads_video=not packed or may_hold_videos(config.packed_wds_dir))
         self.pack_processor: ProcessorPack | None = None
         processor_family = not rules.text_only and runs_processor(rules.model_type)
         # the scan's own counter: materialize() for a module family; for a processor family its probe picks the
         # frames the scan counted (the processor's own rule or the shared sampler)
-        self.counter = make_counter(config) if processor_family else TokenCounter.from_config(config, rules)
+        self.counter = make_counter(config, rules=rules) if processor_family else TokenCounter.from_config(config, rules)
         if self.options.train_on is not None:
             if self.options.train_on not in ("assistant", "all"):
                 raise ValueError(f"EncoderOptions.train_on must be 'assistant' or 'all', got {self.options.train_on!r}")

@@ -75,7 +75,7 @@ from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, s
 from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
-from ..packed_settings import SETTINGS_NAME, packed_settings, write_packed_settings
+from ..packed_settings import SETTINGS_NAME, WRITE_MARKER, packed_settings, write_packed_settings
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
@@ -84,7 +84,7 @@ from .bucket import closed_gate
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
-MARKER_NAME = "vlmpack_write.json"
+MARKER_NAME = WRITE_MARKER
 _OUR_META = ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME, MARKER_NAME)
 _SIZE_CHUNK = 64  # packs per describe task (and per scratch file)
 # what .nv-meta holds; raised when it changes, so a finished folder is rewritten (2: energon's own
@@ -578,6 +578,9 @@ def run(config: Config) -> StageResult:
         return StageResult(stage="write", skipped=True, summary=summary, counts=c, seconds=time.perf_counter() - started)
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
+        # video items of the samples the plan drew from (the packs hold at most these): a 0 tells the loader it
+        # needs no video reader (packed_settings.may_hold_videos)
+        (videos,) = manifest.conn.execute("SELECT COALESCE(SUM(n_videos), 0) FROM samples WHERE status = 'ok'").fetchone()
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds
@@ -613,6 +616,7 @@ def run(config: Config) -> StageResult:
         "shards": len(jobs),
         "shards_written": n_written,
         "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
+        "videos": int(videos),
     }
     stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
     _write_marker(out_dir, fp, complete=True, shards=len(jobs), counts=stable)

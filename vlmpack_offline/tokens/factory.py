@@ -55,12 +55,13 @@ def video_sampling(rules: ModelRules) -> str | None:
     return line
 
 
-def make_counter(config: Config, *, snapshot: bool = False):
+def make_counter(config: Config, *, snapshot: bool = False, rules: ModelRules | None = None):
     """``TokenCounter`` (fast) or ``SlowCounter``; both offer ``probe``, ``count_many`` and ``count``.
 
     ``snapshot``: the fast path counts with the tokenizer's snapshot (``tokenizer_snapshot.py``: the same ids,
-    without torch), as the scan does; otherwise its tokenizer is transformers' own, as the loader needs it."""
-    rules = load_model_rules(config.model)
+    without torch), as the scan does; otherwise its tokenizer is transformers' own, as the loader needs it.
+    ``rules``: the config's rules where the caller already read them (``load_model_rules``)."""
+    rules = rules or load_model_rules(config.model)
     if rules.generic is not None and family_for(rules.model_type) is None:  # tokenized as its processor tokenizes
         family = family_of(rules)
         tokenizer = family.tokenizer  # the processor's: it may add tokens of its own (Gemma4's <|video|>)

@@ -308,11 +308,13 @@ def _check_video_fields(video: VideoConfig, family, sampler: str | None) -> None
                       f"alone; remove {them}")  # fmt: skip
 
 
-def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> ModelRules:
+def load_model_rules(model: ModelConfig, video: VideoConfig | None = None, *, reads_video: bool = True) -> ModelRules:
     """Read the rules for ``model`` (see module doc); raises ``ConfigError`` naming what is missing.
 
     ``video``: the config's ``video:`` section; its set fields win over the folder's and the recipe's
     in ``rules.video`` (``probe_media`` resolves the same way when given the section later).
+    ``reads_video``: False where no video will be read (a loader over a packed set without videos), so the
+    video reader's library need not be installed.
     """
     path = Path(model.processor_path)
     if not path.is_dir():
@@ -377,7 +379,8 @@ def load_model_rules(model: ModelConfig, video: VideoConfig | None = None) -> Mo
     if family is not None and family.takes_video and not text_only:
         if rules.generic is None:  # (the generic path reads the reader alone)
             _check_resolved_bounds(resolved, video)
-        check_reader_installed(resolved.reader)
+        if reads_video:
+            check_reader_installed(resolved.reader)
         if resolved.sampler == "hf_processor" and str(model_type) in QWEN_FAMILIES and not rules.qwen3:
             raise ConfigError(
                 f"video.sampler = 'hf_processor' is Qwen3-VL's video processor's own sampling; {model_type} videos "

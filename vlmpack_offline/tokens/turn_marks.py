@@ -28,12 +28,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from jinja2 import nodes
-from transformers.utils.chat_template_utils import (
-    _alias_reasoning_fields,
-    _compile_jinja_template,
-    _plain_template_data,
-    render_jinja_template,
-)
+from transformers.utils.chat_template_utils import render_jinja_template
+
+try:  # the private steps render_jinja_template takes (transformers 5.24); another version: nothing is marked
+    from transformers.utils.chat_template_utils import (
+        _alias_reasoning_fields,
+        _compile_jinja_template,
+        _plain_template_data,
+    )
+except ImportError:
+    _compile_jinja_template = None
 
 __all__ = ["MARK", "MarkedTemplate", "streams_messages"]
 
@@ -54,6 +58,8 @@ class _Shape:
 
 def streams_messages(template: str) -> bool:
     """Whether every prefix render of ``template`` is a cut of its full render plus a constant generation prompt."""
+    if _compile_jinja_template is None:
+        return False
     try:
         env = _compile_jinja_template(template).environment
         return _shape(env.parse(template)) is not None
@@ -210,6 +216,8 @@ class MarkedTemplate:
     def build(cls, template: str, kwargs: dict, probes: Sequence[Sequence[dict]]) -> MarkedTemplate | None:
         """The marked template, or None where the template is not proven to stream, or a probe conversation
         renders differently from ``render_jinja_template`` (marks out) or cannot find its generation prompt."""
+        if _compile_jinja_template is None:
+            return None
         try:
             env = _compile_jinja_template(template).environment
             tree = env.parse(template)
