@@ -10,7 +10,8 @@
 # comes back). Exits with the suite's code: 0 only when no part failed.
 set -euo pipefail
 
-out=${1:?usage: bash benchmarks/gpu_suite.sh OUT_DIR (on the device: "$OUT")}
+out=${1:?usage: bash benchmarks/gpu_suite.sh OUT_DIR [gpu_suite.py options, e.g. --parts cost_model]}
+shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 carried=${GPU_SUITE_DIR:-$root/.gpu-suite}
 budget=${GPU_SUITE_BUDGET_S:-450}  # seconds of parts; the rest of the 600 s call is start-up and the report
@@ -34,5 +35,5 @@ export PYTHONUNBUFFERED=1
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed (exit $?)" >>"$out/nvidia-smi.txt"
 
 timeout --kill-after 10 $((${budget%.*} + 120)) \
-    python3 "$root/benchmarks/gpu_suite.py" --data "$carried/data" --out "$out" --budget-s "$budget" 2>&1 |
+    python3 "$root/benchmarks/gpu_suite.py" --data "$carried/data" --out "$out" --budget-s "$budget" "$@" 2>&1 |
     tee "$out/gpu_suite.log"

@@ -11,7 +11,7 @@ forward + backward time of one pack (``perf_counter`` around it, the device sync
 sides; the gradients dropped after). A step takes as long as its slowest rank, so its balance is
 max / mean over its R pack times; "idle" is the share of the ranks' time spent waiting for the
 slowest. Every pack is timed once in each order, so its two times also show how well the clock
-repeats. The fit of the plan's predicted cost to the measured time uses both (their mean): Pearson r,
+repeats (every pack runs once untimed before, so no time holds a shape's first kernels). The fit of the plan's predicted cost to the measured time uses both (their mean): Pearson r,
 a least-squares line (its slope as effective TFLOP/s, its intercept as the time no FLOP explains)
 and the spread of time / cost.
 """
@@ -83,7 +83,8 @@ def run(suite) -> Part:
     model, attention = suite.model(), suite.training_attention()
     use_attention(model, attention)  # the model keeps the last part's choice otherwise
     fwd_bwd = _timer(suite, model, attention)
-    for i in needed[: settings["warmup"]]:
+    # every pack once before any is timed: a pack's first run pays its shapes' first kernels and allocations
+    for i in needed if settings["warm_every_pack"] else needed[: settings["warmup"]]:
         fwd_bwd(batches[i])
     measured, tables = {}, {}
     for kind, order in orders.items():  # step by step, rank after rank, as R ranks would run them
@@ -105,7 +106,10 @@ def run(suite) -> Part:
     results = {"capacity": capacity, "ranks": ranks, "attention": attention, "fit": model_fit,
                "repeatability": {"median": float(np.median(repeat)), "p95": float(np.percentile(repeat, 95))},
                "steps": tables, "pack_seconds_median": float(np.median(seconds)),
-               "pack_costs_pflop_median": float(np.median(costs) / 1e15)}
+               "pack_costs_pflop_median": float(np.median(costs) / 1e15),
+               # each pack's plan cost and its two times, by pack id: the cost model can be refitted off the device
+               "packs": {"pack_id": [int(batches[i].pack_id) for i in needed], "cost_flop": costs.tolist(),
+                         "seconds": [first.tolist(), second.tolist()]}}
     bal, unbal = tables["balanced"]["measured"], tables["unbalanced"]["measured"]
     lines = (
         f"C={capacity}, {len(needed)} packs, {attention}; median pack {1e3 * np.median(seconds):.1f} ms, "

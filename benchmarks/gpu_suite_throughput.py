@@ -69,7 +69,7 @@ def run(suite) -> Part:
     settings = suite.settings["throughput"]
     model, attentions = suite.model(), suite.attentions()
     warmup, n = settings["warmup"], settings["warmup"] + settings["steps"]
-    results, lines, failures, targets = {}, [], [], []
+    results, lines, failures, skipped, targets = {}, [], [], [], []
     lines.append(f"{'C':>6} {'attention':>22} {'packed tok/s':>13} {'padded tok/s':>13} {'ratio':>6} "
                  f"{'padded fill':>11} {'peak GiB p/p':>13}")
     for capacity in suite.layout.capacities:
@@ -92,7 +92,11 @@ def run(suite) -> Part:
                     arms[arm] = _arm(suite, model, steps, warmup)
                 except Exception as error:  # noqa: BLE001 - one arm's kernel error or OOM; the others still run
                     arms[arm] = {"error": f"{type(error).__name__}: {error}"}
-                    failures.append(f"C={capacity} {arm} {attention}: {arms[arm]['error']}")
+                    if isinstance(error, torch.OutOfMemoryError):  # a size this card cannot hold: measured, not broken
+                        arms[arm] = {"error": "out of memory on this card"}
+                        skipped.append(f"C={capacity} {arm} {attention}: out of memory on this card")
+                    else:
+                        failures.append(f"C={capacity} {arm} {attention}: {arms[arm]['error']}")
                     if suite.device == "cuda":
                         torch.cuda.empty_cache()
             row["by_attention"][attention] = arms
@@ -110,8 +114,8 @@ def run(suite) -> Part:
         if suite.device == "cuda":
             torch.cuda.empty_cache()
     use_attention(model, suite.training_attention())
-    return Part(name="throughput", status=RAN, results=results, failures=tuple(failures), targets=tuple(targets),
-                lines=tuple(lines))
+    return Part(name="throughput", status=RAN, results=results, failures=tuple(failures), skipped=tuple(skipped),
+                targets=tuple(targets), lines=tuple(lines))
 
 
 def _line(capacity: int, attention: str, arms: dict, stats: dict) -> str:
