@@ -50,11 +50,11 @@ PARTS = {"numerics": gpu_suite_numerics.run, "throughput": gpu_suite_throughput.
          "cost_model": gpu_suite_balance.run, "megatron": gpu_suite_megatron.run}
 # Per mode: each part's sizes, and the seconds it needs at least (a part starts only if the budget has them).
 SETTINGS = {
-    "gpu": {"throughput": {"warmup": 3, "steps": 20}, "cost_model": {"warmup": 3, "warm_every_pack": True},
+    "gpu": {"throughput": {"warmup": 3, "steps": 20}, "cost_model": {"warmup": 3, "warm_every_pack": True, "repeats": 4},
             "numerics": {"packs": 2, "lengths": (700, 129, 1, 2048, 3000)}, "megatron": {"steps": 6, "warmup": 2},
-            "needs_s": {"numerics": 30, "throughput": 120, "cost_model": 90, "megatron": 20}},
+            "needs_s": {"numerics": 30, "throughput": 120, "cost_model": 240, "megatron": 20}},
     # smoke: one step per arm, nothing warmed up (each CPU fwd+bwd is seconds: the 151,936-word LM head)
-    "smoke": {"throughput": {"warmup": 0, "steps": 1}, "cost_model": {"warmup": 0, "warm_every_pack": False},
+    "smoke": {"throughput": {"warmup": 0, "steps": 1}, "cost_model": {"warmup": 0, "warm_every_pack": False, "repeats": 3},
               "numerics": {"packs": 1, "lengths": (70, 13, 1, 200)}, "megatron": {"steps": 2, "warmup": 1},
               "needs_s": dict.fromkeys(PARTS, 0)},
 }  # fmt: skip

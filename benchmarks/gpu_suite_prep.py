@@ -23,6 +23,7 @@ same folder there with ``build_processor_dir``; the loader checks its files hash
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import random
@@ -100,8 +101,11 @@ def _copy_plan(work: Path, dest: Path) -> None:
         shutil.copy2(source, dest / source.name)
 
 
-def build_data(out: Path, shape: DataShape, *, log=print) -> dict:
-    """Generate, pack and lay out the suite's data in ``out`` (replaced); returns the layout written."""
+def build_data(out: Path, shape: DataShape, *, log=print, work: Path | None = None) -> dict:
+    """Generate, pack and lay out the suite's data in ``out`` (replaced); returns the layout written.
+
+    ``work``: keep the stages' folders there (``work-c<C>/bins``: the per-sample cost terms
+    ``gpu_suite_refit.py`` reads), else they go with a temporary folder."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -109,8 +113,9 @@ def build_data(out: Path, shape: DataShape, *, log=print) -> dict:
     pools = {"images": _pool(shape.image_pool, shape.image_sides, shape.seed + 1),
              "small": _pool(max(2, shape.image_pool // 2), shape.small_sides, shape.seed + 2), "videos": []}
     sets = {}
-    with tempfile.TemporaryDirectory(prefix="gpu_suite_prep_") as scratch:
+    with contextlib.nullcontext(str(work)) if work else tempfile.TemporaryDirectory(prefix="gpu_suite_prep_") as scratch:
         tmp = Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         build_processor_dir(tmp / "processor", "qwen2_5_vl")  # where bench_balance.pack reads it
         for number, (capacity, n) in enumerate(shape.samples.items()):
             started = time.perf_counter()

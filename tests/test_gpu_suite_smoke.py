@@ -111,6 +111,8 @@ def test_throughput_and_cost_model_measure_both_arms(smoke):
     for kind in ("balanced", "unbalanced"):
         for source in ("measured", "predicted"):
             assert cost["steps"][kind][source]["p99"] >= 1  # a step's slowest rank over its mean
+    assert len(cost["packs"]["seconds"]) == 3 and len(cost["packs"]["pack_id"]) == cost["fit"]["packs"]  # refittable
+    assert cost["steps_by_median_time"]["balanced"]["p99"] >= 1 and cost["noise_floor"]["p99"] >= 1
     targets = parts["cost_model"]["targets"]  # reported, met or not: on the CPU the clock proves nothing
     assert len(targets) == 2 and all(isinstance(t["met"], bool) for t in targets)
     assert parts["megatron"]["results"]["dry_run"]["qkv_format"] == "thd"
@@ -137,3 +139,23 @@ def test_numerics_fails_an_attention_that_lets_sub_samples_see_each_other(suite,
     (result,) = numerics["results"]["model"].values()
     assert result["passed"] is False
     assert result["packed_vs_alone"] > 1e-3  # far outside fp32 rounding: another sub-sample's tokens were seen
+
+
+def test_an_arm_out_of_memory_is_skipped_with_why_not_a_failure(suite, data, tmp_path, monkeypatch):
+    """A size the card cannot hold (the SDPA block mask at C = 16384 on an H100) is a measurement."""
+    import torch
+
+    throughput = importlib.import_module("gpu_suite_throughput")
+    real, calls = throughput._arm, []
+
+    def first_runs_out(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.27 GiB.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(throughput, "_arm", first_runs_out)
+    code = suite["gpu_suite"].main(["--smoke", "--data", str(data), "--out", str(tmp_path), "--parts", "throughput"])
+    part = _parts(json.loads((tmp_path / "gpu_suite.json").read_text()))["throughput"]
+    assert code == 0 and part["status"] == "ran" and part["failures"] == []
+    assert [item for item in part["skipped"] if "out of memory on this card" in item] == [part["skipped"][0]]
