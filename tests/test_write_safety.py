@@ -104,16 +104,24 @@ def test_a_file_url_input_is_checked_like_its_local_folder(tmp_path):
         write.run(inputs.with_config(data=data))
 
 
-@pytest.mark.parametrize("key", ["packed_wds_dir", "work_dir"])
-@pytest.mark.parametrize("url", ["s3://vlmpack-bar/packed", "gs://bucket/out", "msc://profile/out"])
-def test_an_output_url_is_refused_not_written_to_a_local_folder_named_after_its_scheme(tmp_path, monkeypatch, key, url):
+@pytest.mark.parametrize("url", ["s3://vlmpack-bar/work", "gs://bucket/work", "msc://profile/work"])
+def test_a_work_dir_url_is_refused_not_written_to_a_local_folder_named_after_its_scheme(tmp_path, monkeypatch, url):
+    """work_dir holds sqlite and renamed files: a path only (packed_wds_dir may be a URL: test_object_store_write.py)."""
     inputs = build_inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
     before = _hashes(tmp_path)
-    with pytest.raises(ConfigError, match=f"data.{key} = '{url}' is a URL"):
-        write.run(inputs.with_config(data={key: url}))
+    with pytest.raises(ConfigError, match=f"data.work_dir = '{url}' is a URL"):
+        write.run(inputs.with_config(data={"work_dir": url}))
     assert _hashes(tmp_path) == before
     assert not any(p.name.endswith(":") for p in tmp_path.rglob("*"))  # no "s3:" folder
+
+
+def test_a_file_url_output_is_refused_naming_the_path_to_write_instead(tmp_path):
+    inputs = build_inputs(tmp_path)
+    before = _hashes(tmp_path)
+    with pytest.raises(ConfigError, match=f"write a local folder as a path \\('{tmp_path}/out'\\)"):
+        write.run(inputs.with_config(data={"packed_wds_dir": f"file://{tmp_path}/out"}))
+    assert _hashes(tmp_path) == before
 
 
 def test_a_marker_from_before_the_shard_count_clears_only_files_named_as_our_shards(tmp_path):

@@ -553,16 +553,22 @@ def _check_balance(config: Config) -> None:
 
 
 def _check_outputs(config: Config) -> None:
-    """A URL where vlmpack writes (``s3://``, ``gs://``, ...) is refused: the stages write through the local
-    filesystem (sqlite, renames), and ``s3://b/x`` would become a local folder named ``s3:`` with exit 0."""
-    for name in ("work_dir", "packed_wds_dir"):
-        value = getattr(config.data, name)
-        if isinstance(value, str) and "://" in value:
-            raise ConfigError(
-                f"{config.source}: data.{name} = {value!r} is a URL; vlmpack writes its {name} to a local or shared "
-                "POSIX path only (input shards may be URLs). Point it at a path, then copy the packed folder where "
-                "training reads it (e.g. `aws s3 sync DIR s3://...`; megatron-energon reads it from there)"
-            )
+    """``data.work_dir`` must be a path (sqlite, renames): a URL there would become a local folder named ``s3:``
+    with exit 0. ``data.packed_wds_dir`` may be an object-store URL (``s3://``, ``gs://``, ``msc://``: the write
+    stage uploads each finished shard, output/object_store.py), but not ``file://``."""
+    work = config.data.work_dir
+    if isinstance(work, str) and "://" in work:
+        raise ConfigError(
+            f"{config.source}: data.work_dir = {work!r} is a URL; vlmpack keeps its work_dir (manifest.sqlite, bins, "
+            "plan, the write stage's staging folder) on a local or shared POSIX path only: point it at a path "
+            "(data.packed_wds_dir and the input shards may be URLs)"
+        )
+    packed = config.data.packed_wds_dir
+    if isinstance(packed, str) and packed.startswith("file://"):
+        raise ConfigError(
+            f"{config.source}: data.packed_wds_dir = {packed!r}: write a local folder as a path "
+            f"({packed.removeprefix('file://')!r}), not a file:// URL"
+        )
 
 
 def _check_sources(config: Config) -> None:

@@ -61,7 +61,8 @@ def check_folder_layout(config: Config) -> None:
     entries = [e for source in data.source_list
                for e in (source.wds_dir if isinstance(source.wds_dir, list) else [source.wds_dir])]
     inputs = [(entry, root.resolve()) for entry in entries if entry and (root := _root_of(entry)) is not None]
-    packed = Path(data.packed_wds_dir).resolve() if data.packed_wds_dir else None
+    # a URL output (s3://, output/object_store.py) cannot overlap local folders; its staging lies in work_dir
+    packed = Path(data.packed_wds_dir).resolve() if data.packed_wds_dir and not is_url(data.packed_wds_dir) else None
     work = Path(data.work_dir).resolve() if data.work_dir else None
     fix = "point them at separate folders"
     if packed is not None:

@@ -70,8 +70,9 @@ from ..output.energon_meta import (
     write_split_yaml,
 )
 from ..output.layout import check_folder_layout
+from ..output.object_store import ObjectStoreOutput, object_store_output
 from ..output.pack_builder import Materializer, SourceFiles, build_pack, layout_json_bytes
-from ..output.scratch import Described, chunk_path, clear_scratch, load_chunk, save_chunk
+from ..output.scratch import SCRATCH_DIR, Described, chunk_path, clear_scratch, load_chunk, save_chunk
 from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
 from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
@@ -154,15 +155,31 @@ def check_digests(records: dict[str, SampleRecord], shard_paths: dict[str, str])
                     )
 
 
-def _read_marker(out_dir: Path) -> dict | None:
+def _out_dir(config: Config) -> Path:
+    """Where this stage writes: ``packed_wds_dir``, or for a URL its local staging folder (output/object_store.py)."""
+    store = object_store_output(config.data.packed_wds_dir, config.work_dir)
+    return store.staging if store else config.packed_wds_dir
+
+
+def _read_marker(out_dir: Path, store: ObjectStoreOutput | None = None) -> dict | None:
+    if store is not None:
+        text = store.read_text(f"{META_DIR}/{MARKER_NAME}")
+        return json.loads(text) if text is not None else None
     path = out_dir / META_DIR / MARKER_NAME
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_marker(out_dir: Path, fp: str, *, complete: bool, shards: int, counts: dict | None = None) -> None:
+def _write_marker(
+    out_dir: Path, fp: str, *, complete: bool, shards: int, counts: dict | None = None,
+    store: ObjectStoreOutput | None = None,
+) -> None:
     """``shards``: output shards 0 .. shards-1 were started by this fingerprint's runs (what a rebuild deletes)."""
     body = {"fingerprint": fp, "complete": complete, "shards": shards, **({"counts": counts} if counts else {})}
-    atomic_write_text(out_dir / META_DIR / MARKER_NAME, json.dumps(body, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(body, indent=2, sort_keys=True) + "\n"
+    if store is not None:
+        store.put_text(f"{META_DIR}/{MARKER_NAME}", text)
+    else:
+        atomic_write_text(out_dir / META_DIR / MARKER_NAME, text)
 
 
 def _shard_files(out_dir: Path, name: str) -> list[Path]:
@@ -181,12 +198,18 @@ def _recorded_shards(marker: dict | None) -> int:
     return shards if type(shards) is int and shards >= 0 else 0
 
 
-def _clear_output(out_dir: Path, marker: dict) -> None:
-    """Delete what an earlier write recorded in its marker (a marker from before the count: files named as ours)."""
+def _clear_output(out_dir: Path, marker: dict, store: ObjectStoreOutput | None = None) -> None:
+    """Delete what an earlier write recorded in its marker (a marker from before the count: files named as ours);
+    under a URL, the same names under its prefix."""
     if "shards" in marker:
         names = [SHARD_NAME.format(i) for i in range(_recorded_shards(marker))]
+    elif store is not None:
+        names = sorted({m.group(1) for n in store.listing() if (m := _SHARD_FILE.fullmatch(n))})
     else:
         names = _shard_names_present(out_dir)
+    if store is not None:  # the marker goes last: a kill in between leaves it to say what is still ours
+        store.remove([f for name in names for f in (name, name + ".idx")]
+                     + [f"{META_DIR}/{n}" for n in _OUR_META if n != MARKER_NAME] + [f"{META_DIR}/{MARKER_NAME}"])
     for name in names:
         for path in _shard_files(out_dir, name):
             path.unlink(missing_ok=True)
@@ -259,7 +282,7 @@ def _describe_packs(
     source JSON members; the write pass then copies media without touching the manifest or parsing again.
     """
     config, fp, shard_paths, chunk_no, packs = args
-    path = chunk_path(config.packed_wds_dir, chunk_no)
+    path = chunk_path(_out_dir(config), chunk_no)
     pack_ids = [pack.pack_id for pack in packs]
     if config.write.check_sources == "sha256":  # every time, also when the chunk was described before
         check_digests(_records_for(config, packs), shard_paths)
@@ -297,7 +320,7 @@ def _chunk_ids(n_packs: int, job: ShardJob) -> dict[int, list[int]]:
 
 
 def _chunk_for_writing(config: Config, fp: str, pack_ids: list[int], chunk_no: int) -> list[Described]:
-    path = chunk_path(config.packed_wds_dir, chunk_no)
+    path = chunk_path(_out_dir(config), chunk_no)
     described = load_chunk(path, fingerprint=fp, chunk_no=chunk_no, pack_ids=pack_ids)
     if described is None:
         raise ShardError(f"{path} changed while `vlmpack write` ran: another process writes to "
@@ -311,7 +334,8 @@ def _write_shard(
     """Write one output shard from the described packs of its scratch chunks (``_chunk_ids``)."""
     job, chunk_ids = job
     files = SourceFiles(shard_paths)
-    writer = ShardTarWriter(config.packed_wds_dir / job.name)
+    store = object_store_output(config.data.packed_wds_dir, config.work_dir)
+    writer = ShardTarWriter(_out_dir(config) / job.name)
     layout = layout_for(config.sample.sample_type)
     loaded: dict[int, list] = {}
     try:
@@ -333,6 +357,9 @@ def _write_shard(
         raise
     finally:
         files.close()
+    if store is not None:  # the index first: a listing that shows the tar shows a shard whose files are both up
+        store.upload(_out_dir(config) / (job.name + ".idx"), job.name + ".idx")
+        store.upload(_out_dir(config) / job.name, job.name)
     return job.name, job.n_packs, size
 
 
@@ -425,7 +452,8 @@ def _reserve_through(needed: int) -> int:
 
 
 def _describe_and_write(
-    config: Config, fp: str, shard_paths: dict[str, str], plan: PlanArrays, recorded: int, reserved: int
+    config: Config, fp: str, shard_paths: dict[str, str], plan: PlanArrays, recorded: int, reserved: int,
+    store: ObjectStoreOutput | None = None, uploaded: dict[str, int] | None = None,
 ) -> tuple[list[ShardJob], int]:
     """Describe packs in plan order and write each shard as soon as its last pack is described.
 
@@ -433,12 +461,13 @@ def _describe_and_write(
     the GIL, so it overlaps the describing. A shard's name goes into the marker's
     ``shards`` count (``reserved`` ahead, ``_reserve_through``) before its file is created; a
     shard counts as already written only when the marker of an earlier run recorded it
-    (``recorded``) and its files have their exact sizes. Returns (all shards, shards written).
+    (``recorded``) and its files have their exact sizes (under a URL: in the listing ``uploaded``, taken at the
+    start). Returns (all shards, shards written).
 
     The plan stays in its arrays: ``Pack`` records (with their sample ids) exist only for the chunks
     being described, streamed from ``read_plan``.
     """
-    out_dir = config.packed_wds_dir
+    out_dir = _out_dir(config)
     packs = read_plan(config.work_dir, plan)
     chunks = (
         (config, fp, shard_paths, first // _SIZE_CHUNK, tuple(islice(packs, _SIZE_CHUNK)))
@@ -454,13 +483,14 @@ def _describe_and_write(
         def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
             for job in ready:
                 jobs.append(job)
-                done = job.index < recorded and shard_is_done(  # kept only if an earlier run recorded it
-                    out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=job.n_packs
+                done = job.index < recorded and (  # kept only if an earlier run recorded it
+                    _uploaded_whole(uploaded or {}, job) if store is not None
+                    else shard_is_done(out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=job.n_packs)
                 )
                 if not done:
                     if job.index >= started[0]:
                         started[0] = _reserve_through(job.index + 1)
-                        _write_marker(out_dir, fp, complete=False, shards=started[0])
+                        _write_marker(out_dir, fp, complete=False, shards=started[0], store=store)
                     futures.append(writers.submit((job, _chunk_ids(plan.n_packs, job))))
 
         position = 0
@@ -473,6 +503,12 @@ def _describe_and_write(
         submit(assigner.finish())
         written = [future.result() for future in futures]
     return jobs, len(written)
+
+
+def _uploaded_whole(listing: dict[str, int], job: ShardJob) -> bool:
+    """A shard's ``.tar`` and ``.tar.idx`` listed under the prefix with their exact sizes (an object exists only
+    whole: a killed multipart upload leaves none)."""
+    return listing.get(job.name) == job.tar_bytes and listing.get(job.name + ".idx") == 8 * (job.n_packs + 1)
 
 
 def _layout_refusals(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> list[tuple[str, str]]:
@@ -524,16 +560,56 @@ def _refuse(config: Config, refusals: list[tuple[str, str]]) -> None:
 
 
 # -- driver ----------------------------------------------------------------------------------
-def _refuse_foreign_output(out_dir: Path) -> None:
-    """Without our marker, refuse a folder holding files this stage would overwrite."""
-    names = _shard_names_present(out_dir)
-    meta = [n for n in ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME) if (out_dir / META_DIR / n).exists()]
+def _refuse_foreign_output(out_dir: Path, listing: dict[str, int] | None = None, url: str = "") -> None:
+    """Without our marker, refuse a folder (or, given its ``listing``, a prefix) holding files this stage would
+    overwrite."""
+    ours = ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME)
+    if listing is not None:
+        names = sorted({m.group(1) for n in listing if (m := _SHARD_FILE.fullmatch(n))})
+        meta = [n for n in ours if f"{META_DIR}/{n}" in listing]
+    else:
+        names = _shard_names_present(out_dir)
+        meta = [n for n in ours if (out_dir / META_DIR / n).exists()]
     if names or meta:
         found = ", ".join(names[:3] + [f"{META_DIR}/{n}" for n in meta])
+        where, what = (url, "objects") if url else (out_dir, "files")
         raise StaleArtifactError(
-            f"{out_dir} holds files vlmpack did not record writing ({found}): "
-            "move them away or point data.packed_wds_dir at an empty folder"
+            f"{where} holds {what} vlmpack did not record writing ({found}): "
+            f"move them away or point data.packed_wds_dir at an empty {'prefix' if url else 'folder'}"
         )
+
+
+_UPLOADED_META = ("dataset.yaml", "split.yaml", *INFO_FILES, SETTINGS_NAME)  # the marker goes up last, alone
+
+
+def _upload_meta(store: ObjectStoreOutput, staging: Path, jobs: list[ShardJob]) -> None:
+    """Put ``.nv-meta`` under the prefix, then check one listing holds every shard whole and every ``.nv-meta``
+    file: only then may the marker say complete."""
+    for name in _UPLOADED_META:
+        store.upload(staging / META_DIR / name, f"{META_DIR}/{name}")
+    listing = store.listing()
+    missing = [job.name for job in jobs if not _uploaded_whole(listing, job)]
+    missing += [f"{META_DIR}/{n}" for n in _UPLOADED_META if f"{META_DIR}/{n}" not in listing]
+    if missing:
+        raise ShardError(
+            f"{store.url}: after uploading, the listing lacks {', '.join(missing[:3])}"
+            f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''} (another process deletes there, or the "
+            "store lists late): the dataset is not marked complete; rerun `vlmpack write` to upload them again"
+        )
+
+
+def _clear_staging(staging: Path) -> None:
+    """Remove the staging folder's files by the names this stage gives them, then the folders if empty."""
+    for path in staging.glob("pretrain-*"):
+        if _SHARD_FILE.fullmatch(path.name):
+            path.unlink(missing_ok=True)
+    for name in _OUR_META:
+        (staging / META_DIR / name).unlink(missing_ok=True)
+    for folder in (staging / META_DIR / SCRATCH_DIR, staging / META_DIR, staging, staging.parent):
+        try:
+            folder.rmdir()
+        except OSError:  # missing, or someone else's file is in there: leave it
+            pass
 
 
 class _SplitsOf(Sequence):
@@ -560,9 +636,16 @@ def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
 
 def run(config: Config) -> StageResult:
     started = time.perf_counter()
-    out_dir = config.packed_wds_dir
     if not config.data.packed_wds_dir:
         raise ConfigError(f"{config.source}: data.packed_wds_dir is not set")
+    store = object_store_output(config.data.packed_wds_dir, config.work_dir)
+    out_dir = _out_dir(config)  # local: packed_wds_dir itself, or the staging folder of a URL
+    shown = store.url if store else out_dir
+    if store is not None and config.write.energon_prepare:
+        raise ConfigError(
+            f"{config.source}: write.energon_prepare builds energon's index.sqlite from local tars; with "
+            f"data.packed_wds_dir {store.url!r} set it to false (energon loads the output without it)"
+        )
     check_executor(config.process)  # executor: ray without ray installed: one line, before anything
     check_folder_layout(config)
     if closed := closed_gate(config):  # bucket closed the drop gate (and plan said so): nothing is written
@@ -571,33 +654,37 @@ def run(config: Config) -> StageResult:
     check_upstream(config, "write")  # manifest, bins and plan are this config's (before out_dir is touched)
     settings = packed_settings(config, meta["fingerprint"], meta.get("schedule"), meta.get("mixture"))
     fp = write_fingerprint(config, meta["fingerprint"], settings)
-    marker = _read_marker(out_dir)
+    marker = _read_marker(out_dir, store)
     if marker and marker.get("fingerprint") == fp and marker.get("complete"):
         c = marker.get("counts", {})
-        summary = [f"{c.get('packs', '?')} packs ({c.get('samples', '?')} samples) in {c.get('shards', '?')} shards -> {out_dir}"]
+        summary = [f"{c.get('packs', '?')} packs ({c.get('samples', '?')} samples) in {c.get('shards', '?')} shards -> {shown}"]
         return StageResult(stage="write", skipped=True, summary=summary, counts=c, seconds=time.perf_counter() - started)
     with Manifest(manifest_path(config.work_dir)) as manifest:
         shard_paths = check_sources(manifest)
-        # video items of the samples the plan drew from (the packs hold at most these): a 0 tells the loader it
-        # needs no video reader (packed_settings.may_hold_videos)
-        (videos,) = manifest.conn.execute("SELECT COALESCE(SUM(n_videos), 0) FROM samples WHERE status = 'ok'").fetchone()
+        # media items of the samples the plan drew from (the packs hold at most these): a 0 tells the loader it
+        # needs no video reader, a trainer that no rank waits on an audio tower (packed_settings.may_hold)
+        media = manifest.conn.execute("SELECT COALESCE(SUM(n_images), 0), COALESCE(SUM(n_videos), 0), "
+                                      "COALESCE(SUM(n_audios), 0) FROM samples WHERE status = 'ok'").fetchone()
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds
     rebuilt = False
+    listing = store.listing() if store is not None else None  # one listing: what a resume keeps, what is foreign
     if marker and marker.get("fingerprint") != fp:
-        _clear_output(out_dir, marker)
+        _clear_output(out_dir, marker, store)
         rebuilt = True
+        listing = {} if store is not None else None
     elif marker is None:
-        _refuse_foreign_output(out_dir)
+        _refuse_foreign_output(out_dir, listing, store.url if store else "")
     recorded = _recorded_shards(marker) if not rebuilt else 0
     _materializer(config)  # fail early on a bad tokenizer setup, before any output
     (out_dir / META_DIR).mkdir(parents=True, exist_ok=True)
     reserved = _reserve_through(recorded)  # names for the first shards, recorded before any describing
-    _write_marker(out_dir, fp, complete=False, shards=reserved)
+    _write_marker(out_dir, fp, complete=False, shards=reserved, store=store)
 
-    jobs, n_written = _describe_and_write(config, fp, shard_paths, plan, recorded, reserved)
-    fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
+    jobs, n_written = _describe_and_write(config, fp, shard_paths, plan, recorded, reserved, store, listing)
+    if store is None:
+        fsync_files([out_dir / name for job in jobs for name in (job.name, job.name + ".idx")])
     clear_scratch(out_dir)
 
     split_parts: dict[str, list[str]] = {}
@@ -610,20 +697,25 @@ def run(config: Config) -> StageResult:
     write_packed_settings(out_dir, settings)
     if config.write.energon_prepare:
         run_energon_prepare(out_dir, split_parts, config.process.workers)
+    if store is not None:
+        _upload_meta(store, out_dir, jobs)
     counts = {
         "packs": plan.n_packs,
         "samples": int(plan.pack_offsets[-1]) if plan.n_packs else 0,
         "shards": len(jobs),
         "shards_written": n_written,
-        "bytes": sum((out_dir / job.name).stat().st_size for job in jobs),
-        "videos": int(videos),
+        # a shard is whole at exactly job.tar_bytes (shard_is_done / _uploaded_whole): under a URL the listing said so
+        "bytes": sum(job.tar_bytes if store else (out_dir / job.name).stat().st_size for job in jobs),
+        **{kind: int(n) for kind, n in zip(("images", "videos", "audios"), media, strict=True)},
     }
     stable = {k: v for k, v in counts.items() if k != "shards_written"}  # the marker must not depend on resumes
-    _write_marker(out_dir, fp, complete=True, shards=len(jobs), counts=stable)
+    _write_marker(out_dir, fp, complete=True, shards=len(jobs), counts=stable, store=store)
+    if store is not None:
+        _clear_staging(out_dir)
     seconds = time.perf_counter() - started
     summary = [
         f"{counts['packs']} packs ({counts['samples']} samples) in {counts['shards']} shards, "
-        f"{counts['bytes'] / 1e6:.1f} MB -> {out_dir}",
+        f"{counts['bytes'] / 1e6:.1f} MB -> {shown}",
         f"wrote {n_written} shards" + (f", kept {len(jobs) - n_written} from an interrupted run" if n_written < len(jobs) else "")
         + (" (previous output was stale and was rebuilt)" if rebuilt else ""),
         "splits: " + ", ".join(f"{name} {len(files)} shards" for name, files in split_parts.items()),
