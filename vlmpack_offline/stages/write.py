@@ -41,7 +41,12 @@ The fingerprint covers the plan's fingerprint, ``write``, ``packed_wds``,
 (``vlmpack.json``) and ``model`` / ``video`` when token ids are stored; not
 ``process.workers``, which never changes a byte. Shards are fsynced once, all together,
 before the marker says complete. Nothing read back from ``packed_wds_dir`` is executed.
-Nothing is written outside ``data.packed_wds_dir``.
+Nothing is written outside ``data.packed_wds_dir`` (and, for a URL, its staging folder in ``work_dir``).
+
+A URL ``packed_wds_dir`` (``s3://``, ``gs://``, ``msc://``): the same steps run in a local staging folder
+(``output/object_store.py``); each writer uploads its shard (index first) once whole and deletes it locally,
+the marker and ``.nv-meta`` live under the prefix, "written" means listed at the expected sizes, and the
+marker says complete only after one listing shows every shard and ``.nv-meta`` file.
 """
 
 from __future__ import annotations
