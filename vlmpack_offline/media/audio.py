@@ -51,7 +51,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..reasons import DropError, Reason
-from .audio_headers import Mp3Tag, Walked, mp3_tag, walk
+from .audio_headers import Block, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
 
@@ -169,11 +169,115 @@ def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part
         return _flac_samples(container, stream, rate, part)
     if codec == "mp3" and (tag := mp3_tag(data)) is not None and tag.gapless and tag.audio_bytes:
         return _mp3_samples(tag, stream, rate, part)
+    if codec == "aac" and walked.container is None and _aac_plain(stream, rate):
+        return _adts_samples(data, stream, rate)
+    if codec == "aac" and walked.container == "MP4" and _aac_plain(stream, rate):
+        return _mp4_aac_samples(container, stream, len(data), part)
+    if codec in ("opus", "flac") and walked.container == "Matroska":
+        return _matroska_samples(data, container, stream, rate, part)
     if codec == "opus" and walked.ogg_serials == 1 and walked.opus_preskip is not None:
         samples = walked.ogg_granule - walked.opus_preskip  # RFC 7845: the last granule less the pre-skip
         agrees = stream.duration is not None and stream.duration - stream.codec_context.delay == samples
         return samples if agrees and not stream.start_time and stream.time_base == Fraction(1, rate) else None
     return None
+
+
+# MPEG-4's sampling frequency index (ISO 14496-3 1.6.3.4): the rates an ADTS header or an AudioSpecificConfig names
+_AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+_AAC_FRAME = 1024  # samples per AAC-LC frame: FFmpeg's decoder outputs one such frame per packet
+
+
+def _aac_plain(stream, rate: int) -> bool:
+    """AAC-LC with 1024-sample frames at an MPEG-4 rate, as FFmpeg opened it (SBR or PS found in the first frames
+    it decodes, or signalled, would make it HE-AAC, at twice the rate): every packet decodes to 1024 samples."""
+    context = stream.codec_context
+    return context.profile == "LC" and context.frame_size == _AAC_FRAME and rate in _AAC_RATES
+
+
+def _adts_samples(data: bytes, stream, rate: int) -> int | None:
+    """Raw ADTS: 1024 samples per frame (``audio_headers.adts_frames``), no skip (FFmpeg's ``aac`` demuxer marks
+    none); None when the file is not a plain chain of frames or its headers name another rate or layout."""
+    frames = adts_frames(data)
+    if frames is None or _AAC_RATES[(data[2] >> 2) & 0x0F] != rate:
+        return None
+    channels = ((data[2] & 1) << 2) | (data[3] >> 6)  # channel_configuration 1-2: mono, stereo
+    if channels not in (1, 2) or channels != stream.codec_context.channels:
+        return None
+    return frames * _AAC_FRAME
+
+
+def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
+    """AAC in MP4: FFmpeg's mov demuxer turns the edit list into its index (``stream.index_entries``, built when
+    the file opens): samples before the edit's start flagged discard, samples past its end left out, the priming
+    as the first packet's skip_samples. The decoder turns each packet into 1024 samples and trims them as
+    ``_trimmed`` does. None where the index is not the whole sample table (a fragmented file) or an entry is not
+    inside the file."""
+    entries = stream.index_entries
+    if not stream.frames or not len(entries) or len(entries) > stream.frames:
+        return None
+    first = next(_packets(container, stream, part), None)
+    if first is None:
+        return None
+    side, skip, total = _skip_samples(first), 0, 0
+    for index, entry in enumerate(entries):
+        if entry.size <= 0 or entry.pos < 0 or entry.pos + entry.size > size:
+            return None
+        kept, skip = _trimmed(_AAC_FRAME, entry.is_discard, side if index == 0 else None, skip)
+        total += kept
+    return total
+
+
+def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> int | None:
+    """Opus or FLAC in Matroska / WebM: each block's samples (``audio_headers.matroska_blocks``), the first packet's
+    skip (FFmpeg's CodecDelay, read off the packet the demuxer hands out) and the blocks' DiscardPadding, trimmed
+    as the decoder does (``_trimmed``). Opus decodes at 48 kHz, mono or stereo here (more channels: decoded)."""
+    codec = stream.codec_context.codec.canonical_name
+    if codec == "opus" and (rate != 48000 or stream.codec_context.channels > 2):
+        return None
+    blocks = matroska_blocks(data, codec=codec, rate=rate)
+    if not blocks:
+        return None
+    first = next(_packets(container, stream, part), None)
+    if first is None:
+        return None
+    return _trimmed_blocks(blocks, _skip_samples(first))
+
+
+def _skip_samples(packet) -> tuple[int, int] | None:
+    """A packet's AV_PKT_DATA_SKIP_SAMPLES side data as (skip at start, discard at end), None without."""
+    if not packet.has_sidedata("skip_samples"):
+        return None
+    raw = bytes(packet.get_sidedata("skip_samples"))
+    return max(0, int.from_bytes(raw[0:4], "little", signed=True)), int.from_bytes(raw[4:8], "little")
+
+
+def _trimmed_blocks(blocks: list[Block], first: tuple[int, int] | None) -> int:
+    """The samples the decoder hands out for ``blocks`` (``_trimmed``): the first with the demuxer's side data,
+    every later one with its DiscardPadding as side data (skip 0, as FFmpeg's matroskadec writes it)."""
+    skip, total = 0, 0
+    for index, block in enumerate(blocks):
+        side = first if index == 0 else (0, block.discard) if block.discard else None
+        kept, skip = _trimmed(block.samples, False, side, skip)
+        total += kept
+    return total
+
+
+def _trimmed(samples: int, discard: bool, side: tuple[int, int] | None, skip: int) -> tuple[int, int]:
+    """(samples handed out, skip left) for one decoded frame of ``samples``: FFmpeg's ``discard_samples``
+    (libavcodec/decode.c): side data sets the pending skip; a frame flagged discard is dropped and counts against
+    the skip; the skip is cut from the frame's start, then a discard padding no larger than what is left from its
+    end."""
+    pad = 0
+    if side is not None:
+        skip, pad = side
+    if discard:
+        return 0, max(0, skip - samples)
+    if skip >= samples:
+        return 0, skip - samples
+    samples, skip = samples - skip, 0
+    if 0 < pad <= samples:
+        samples -= pad
+    return samples, skip
 
 
 def _samples_at(value: int, stream, rate: int) -> int | None:

@@ -12,7 +12,9 @@
 
 and returns what it read (``Walked``): the WAV's data chunk, the Ogg stream's last granule position and Opus
 pre-skip. ``mp3_tag`` reads an MP3's Xing / Info / VBRI header (the frame count and byte count LAME and FFmpeg
-write into the first frame). ``audio.probe_audio`` turns these into sample counts where they prove one.
+write into the first frame). ``adts_frames`` walks raw AAC's ADTS frame headers, ``matroska_blocks`` a Matroska /
+WebM track's blocks (their frame counts and DiscardPadding), both without decoding. ``audio.probe_audio`` turns
+these into sample counts where they prove one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from .integrity import corrupt_error, cut_error
 from .video_integrity import check_container
 
-__all__ = ["Walked", "Mp3Tag", "walk", "mp3_tag"]
+__all__ = ["Walked", "Mp3Tag", "Block", "walk", "mp3_tag", "adts_frames", "matroska_blocks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +37,15 @@ class Walked:
     ogg_granule: int | None = None  # Ogg: the last page's granule position (samples at 48 kHz for Opus)
     ogg_serials: int = 0  # Ogg: logical streams in the file (chained or multiplexed when more than one)
     opus_preskip: int | None = None  # Ogg: the OpusHead pre-skip when the first page holds one (RFC 7845)
+    container: str | None = None  # "MP4", "Matroska" or "AVI" where video_integrity.check_container walked it
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One Matroska block of the audio track: the samples its frame holds and its DiscardPadding in samples."""
+
+    samples: int
+    discard: int  # DiscardPadding (ns) at the stream's rate, rounded as FFmpeg's av_rescale_q does; 0 without
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,8 +60,8 @@ class Mp3Tag:
 
 def walk(data: bytes, *, part: str) -> Walked:
     """Walk ``data``'s container structure to its end (module doc); ``DropError`` when it is cut short."""
-    if check_container(data, part=part):  # MP4 / M4A, Matroska / WebM, AVI
-        return Walked()
+    if container := check_container(data, part=part):  # MP4 / M4A, Matroska / WebM, AVI
+        return Walked(container=container)
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
         return _walk_wav(data, part)
     if data[:4] == b"OggS":
@@ -157,3 +168,205 @@ def mp3_tag(data: bytes) -> Mp3Tag | None:
     if data[end - 32 : end - 24] == b"APETAGEX":  # an APEv2 footer: its size counts the items and the footer
         end -= int.from_bytes(data[end - 20 : end - 16], "little") + (32 if data[end - 9] & 0x80 else 0)
     return Mp3Tag(frames=frames, audio_bytes=audio_bytes, gapless=gapless, held=max(0, end - pos))
+
+
+def adts_frames(data: bytes) -> int | None:
+    """The number of ADTS frames in raw AAC ``data`` when it is nothing but a chain of them, from byte 0 to its last
+    byte, each header (ISO 14496-3 1.A.2: syncword FFF, layer 0, ..., frame_length(13), ...,
+    number_of_raw_data_blocks(2)) with the first one's fixed part (profile, rate, channels: no change part-way),
+    one raw data block (FFmpeg's decoder refuses more) and a length that holds its header. None for anything else
+    (ID3 tags, trailing bytes, a cut last frame): then the decoder counts. Each frame is a packet FFmpeg's ``aac``
+    demuxer reads by that same length, which its decoder turns into one frame of 1024 samples."""
+    size, pos, frames = len(data), 0, 0
+    if size < 7 or data[0] != 0xFF or data[1] & 0xF6 != 0xF0 or (data[2] >> 2) & 0x0F > 12:
+        return None
+    fixed = bytes(data[:4])
+    head = (fixed[1], fixed[2], fixed[3] & 0xF0)  # id, layer, protection; profile, rate, private, channels (3 bits)
+    minimum = 7 if fixed[1] & 1 else 9  # protection_absent = 0: a CRC follows the header
+    while pos + 7 <= size:
+        if data[pos] != 0xFF or (data[pos + 1], data[pos + 2], data[pos + 3] & 0xF0) != head or data[pos + 6] & 3:
+            return None
+        length = ((data[pos + 3] & 3) << 11) | (data[pos + 4] << 3) | (data[pos + 5] >> 5)
+        if length < minimum:
+            return None
+        pos, frames = pos + length, frames + 1
+    return frames if pos == size else None
+
+
+_EBML_SEGMENT, _EBML_TRACKS, _EBML_CLUSTER = 0x18538067, 0x1654AE6B, 0x1F43B675
+_EBML_TRACK_ENTRY, _EBML_TRACK_NUMBER, _EBML_TRACK_TYPE, _EBML_ENCODINGS = 0xAE, 0xD7, 0x83, 0x6D80
+_EBML_SIMPLE_BLOCK, _EBML_BLOCK_GROUP, _EBML_BLOCK, _EBML_DISCARD = 0xA3, 0xA0, 0xA1, 0x75A2
+_EBML_VOID, _EBML_CRC = 0xEC, 0xBF
+# the children each level may hold (Matroska's schema, RFC 9559 5.1): any other id is damage the walk does not judge
+_SEGMENT_CHILDREN = frozenset({0x114D9B74, 0x1549A966, _EBML_TRACKS, _EBML_CLUSTER, 0x1C53BB6B, 0x1941A469,
+                               0x1043A770, 0x1254C367, _EBML_VOID, _EBML_CRC})  # fmt: skip
+_CLUSTER_CHILDREN = frozenset({0xE7, 0x5854, 0xA7, 0xAB, _EBML_SIMPLE_BLOCK, _EBML_BLOCK_GROUP, 0xAF, _EBML_VOID,
+                               _EBML_CRC})  # fmt: skip
+_GROUP_CHILDREN = frozenset({_EBML_BLOCK, 0xA2, 0x75A1, 0x9B, 0xFA, 0xFB, 0xFD, 0xA4, 0x75A2, 0x8E, _EBML_VOID,
+                             _EBML_CRC})  # fmt: skip
+
+
+def _element(data: bytes, pos: int, end: int) -> tuple[int, int, int] | None:
+    """(id, payload start, payload end) of the EBML element at ``pos``; None when it is not one that fits before
+    ``end`` or its size is "unknown" (a streamed Segment or Cluster: its end is not declared)."""
+    if pos >= end or not data[pos]:
+        return None
+    id_width = 9 - data[pos].bit_length()
+    if id_width > 4 or pos + id_width >= end or not data[pos + id_width]:
+        return None
+    width = 9 - data[pos + id_width].bit_length()
+    start = pos + id_width + width
+    mask = (1 << (7 * width)) - 1
+    value = int.from_bytes(data[pos + id_width : start], "big") & mask
+    if value == mask or start + value > end:
+        return None
+    return int.from_bytes(data[pos : pos + id_width], "big"), start, start + value
+
+
+def matroska_blocks(data: bytes, *, codec: str, rate: int) -> list[Block] | None:
+    """The blocks of the file's one audio track in file order, each with its frame's samples (``codec``: ``opus``
+    from its TOC byte, RFC 6716 3.1; ``flac`` from its frame header's block size) and DiscardPadding. None where
+    the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its parent's end, more or fewer
+    than one audio track, laced blocks, a track with ContentEncodings (its bytes are not the codec's), an empty or
+    malformed frame."""
+    top = _element(data, 0, len(data))
+    if top is None or top[0] != 0x1A45DFA3:
+        return None
+    segment = _element(data, top[2], len(data))
+    if segment is None or segment[0] != _EBML_SEGMENT:
+        return None
+    blocks: list[Block] = []
+    pos, end, track = segment[1], segment[2], None
+    while pos < end:
+        element = _element(data, pos, end)
+        if element is None:
+            return None
+        ident, start, stop = element
+        if ident == _EBML_TRACKS:
+            if track is not None or (track := _audio_track(data, start, stop)) is None:
+                return None
+        elif ident == _EBML_CLUSTER:
+            if track is None or not _cluster_blocks(data, start, stop, track, codec, rate, blocks):
+                return None
+        elif ident not in _SEGMENT_CHILDREN:
+            return None
+        pos = stop
+    return blocks if track is not None else None
+
+
+def _audio_track(data: bytes, pos: int, end: int) -> int | None:
+    """The number of the Tracks element's one audio entry (TrackType 2), None when there is not exactly one or it
+    has ContentEncodings."""
+    found: list[tuple[int | None, bool]] = []
+    while pos < end:
+        element = _element(data, pos, end)
+        if element is None:
+            return None
+        ident, start, stop = element
+        if ident == _EBML_TRACK_ENTRY:
+            number, kind, encoded, at = None, None, False, start
+            while at < stop:
+                child = _element(data, at, stop)
+                if child is None:
+                    return None
+                value = int.from_bytes(data[child[1] : child[2]], "big")
+                number = value if child[0] == _EBML_TRACK_NUMBER else number
+                kind = value if child[0] == _EBML_TRACK_TYPE else kind
+                encoded = encoded or child[0] == _EBML_ENCODINGS
+                at = child[2]
+            if kind == 2:
+                found.append((number, encoded))
+        pos = stop
+    return found[0][0] if len(found) == 1 and not found[0][1] else None
+
+
+def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rate: int, out: list[Block]) -> bool:
+    """Append the cluster's blocks of ``track`` to ``out``; False where one cannot be read (``matroska_blocks``)."""
+    while pos < end:
+        element = _element(data, pos, end)
+        if element is None:
+            return False
+        ident, start, stop = element
+        if ident not in _CLUSTER_CHILDREN:
+            return False
+        if ident == _EBML_SIMPLE_BLOCK:
+            samples = _block_samples(data, start, stop, track, codec)
+            if samples is None:
+                return False
+            if samples:
+                out.append(Block(samples[0], 0))
+        elif ident == _EBML_BLOCK_GROUP:
+            samples, discard, at = None, 0, start
+            while at < stop:
+                child = _element(data, at, stop)
+                if child is None or child[0] not in _GROUP_CHILDREN:
+                    return False
+                if child[0] == _EBML_BLOCK:
+                    samples = _block_samples(data, child[1], child[2], track, codec)
+                    if samples is None:
+                        return False
+                elif child[0] == _EBML_DISCARD:
+                    nanoseconds = int.from_bytes(data[child[1] : child[2]], "big", signed=True)
+                    if nanoseconds <= 0:
+                        return False
+                    discard = (nanoseconds * rate + 500_000_000) // 1_000_000_000  # av_rescale_q: to nearest
+                at = child[2]
+            if samples is None:
+                return False
+            if samples:
+                out.append(Block(samples[0], discard))
+        pos = stop
+    return True
+
+
+def _block_samples(data: bytes, pos: int, end: int, track: int, codec: str) -> tuple[int, ...] | tuple[()] | None:
+    """(samples,) of a block of ``track``; () for another track's block; None when it is laced or its frame does
+    not read. Block: track number (vint), timecode (2), flags (lacing in bits 1-2), then the frame."""
+    if pos >= end or not data[pos]:
+        return None
+    width = 9 - data[pos].bit_length()
+    number = int.from_bytes(data[pos : pos + width], "big") & ((1 << (7 * width)) - 1)
+    if number != track:
+        return ()
+    frame = pos + width + 3
+    if frame >= end or (data[frame - 1] >> 1) & 3:
+        return None
+    samples = _opus_samples(data, frame, end) if codec == "opus" else _flac_block_size(data, frame, end)
+    return (samples,) if samples else None
+
+
+_OPUS_FRAME = (480, 960, 1920, 2880) * 3 + (480, 960) * 2 + (120, 240, 480, 960) * 4  # TOC config -> 48 kHz
+
+
+def _opus_samples(data: bytes, pos: int, end: int) -> int | None:
+    """An Opus packet's samples at 48 kHz from its TOC byte (RFC 6716 3.1: config -> frame size; code 0: one frame,
+    1 and 2: two, 3: the count in the next byte); None when it is malformed or over 120 ms (the decoder refuses)."""
+    toc = data[pos]
+    code = toc & 3
+    if code == 3 and pos + 1 >= end:
+        return None
+    count = (1, 2, 2, data[pos + 1] & 0x3F if code == 3 else 0)[code]
+    samples = count * _OPUS_FRAME[toc >> 3]
+    return samples if 0 < samples <= 5760 else None
+
+
+_FLAC_SIZES = (0, 192, 576, 1152, 2304, 4608, -8, -16) + tuple(256 << k for k in range(8))
+
+
+def _flac_block_size(data: bytes, pos: int, end: int) -> int | None:
+    """A FLAC frame's block size from its header (RFC 9639 9.1: sync 0xFFF8/9, block size code, rate code, ...,
+    the coded frame or sample number (1-7 bytes, UTF-8 style), then an 8- or 16-bit size - 1 where the code says).
+    None where the header does not read."""
+    if pos + 5 > end or data[pos] != 0xFF or data[pos + 1] & 0xFE != 0xF8:
+        return None
+    size = _FLAC_SIZES[data[pos + 2] >> 4]
+    if size >= 0:
+        return size or None
+    lead = data[pos + 4]
+    if 0x80 <= lead < 0xC0 or lead == 0xFF:
+        return None
+    width = 8 - (lead ^ 0xFF).bit_length() if lead >= 0x80 else 1  # leading 1 bits: the coded number's bytes
+    at = pos + 4 + width
+    if at + (1 if size == -8 else 2) > end:
+        return None
+    return int.from_bytes(data[at : at + (1 if size == -8 else 2)], "big") + 1
