@@ -51,7 +51,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..reasons import DropError, Reason
-from .audio_headers import Block, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
+from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
 
@@ -251,14 +251,20 @@ def _skip_samples(packet) -> tuple[int, int] | None:
     return max(0, int.from_bytes(raw[0:4], "little", signed=True)), int.from_bytes(raw[4:8], "little")
 
 
-def _trimmed_blocks(blocks: list[Block], first: tuple[int, int] | None) -> int:
-    """The samples the decoder hands out for ``blocks`` (``_trimmed``): the first with the demuxer's side data,
-    every later one with its DiscardPadding as side data (skip 0, as FFmpeg's matroskadec writes it)."""
-    skip, total = 0, 0
-    for index, block in enumerate(blocks):
-        side = first if index == 0 else (0, block.discard) if block.discard else None
-        kept, skip = _trimmed(block.samples, False, side, skip)
-        total += kept
+def _trimmed_blocks(blocks: Blocks, first: tuple[int, int] | None) -> int:
+    """The samples the decoder hands out for ``blocks`` (``_trimmed``): the first with the demuxer's side data, a
+    later one with a DiscardPadding with it as side data (skip 0, as FFmpeg's matroskadec writes it). Once no skip
+    is pending, a block without side data is handed out whole: those are summed, not stepped through."""
+    samples, discards = blocks.samples, blocks.discards
+    total, skip, index = 0, 0, 0
+    while index < len(samples) and (index == 0 or skip):  # the leading blocks a skip still cuts
+        side = first if index == 0 else (0, discards[index]) if index in discards else None
+        kept, skip = _trimmed(samples[index], False, side, skip)
+        total, index = total + kept, index + 1
+    total += sum(samples[index:])
+    for at, pad in discards.items():  # with no skip pending, side data (0, pad) only cuts the pad from the end
+        if at >= index and pad <= samples[at]:
+            total -= pad
     return total
 
 

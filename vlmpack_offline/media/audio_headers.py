@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from .integrity import corrupt_error, cut_error
 from .video_integrity import check_container
 
-__all__ = ["Walked", "Mp3Tag", "Block", "walk", "mp3_tag", "adts_frames", "matroska_blocks"]
+__all__ = ["Walked", "Mp3Tag", "Blocks", "walk", "mp3_tag", "adts_frames", "matroska_blocks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,11 +41,12 @@ class Walked:
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
-    """One Matroska block of the audio track: the samples its frame holds and its DiscardPadding in samples."""
+class Blocks:
+    """A Matroska audio track's blocks in file order: the samples each one's frame holds, and the DiscardPadding of
+    those that carry one, in samples at the stream's rate (rounded to nearest, as FFmpeg's av_rescale_q does)."""
 
-    samples: int
-    discard: int  # DiscardPadding (ns) at the stream's rate, rounded as FFmpeg's av_rescale_q does; 0 without
+    samples: list[int]
+    discards: dict[int, int]  # block index -> samples to discard from its end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,7 +224,7 @@ def _element(data: bytes, pos: int, end: int) -> tuple[int, int, int] | None:
     return int.from_bytes(data[pos : pos + id_width], "big"), start, start + value
 
 
-def matroska_blocks(data: bytes, *, codec: str, rate: int) -> list[Block] | None:
+def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     """The blocks of the file's one audio track in file order, each with its frame's samples (``codec``: ``opus``
     from its TOC byte, RFC 6716 3.1; ``flac`` from its frame header's block size) and DiscardPadding. None where
     the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its parent's end, more or fewer
@@ -235,7 +236,7 @@ def matroska_blocks(data: bytes, *, codec: str, rate: int) -> list[Block] | None
     segment = _element(data, top[2], len(data))
     if segment is None or segment[0] != _EBML_SEGMENT:
         return None
-    blocks: list[Block] = []
+    blocks = Blocks(samples=[], discards={})
     pos, end, track = segment[1], segment[2], None
     while pos < end:
         element = _element(data, pos, end)
@@ -280,30 +281,42 @@ def _audio_track(data: bytes, pos: int, end: int) -> int | None:
     return found[0][0] if len(found) == 1 and not found[0][1] else None
 
 
-def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rate: int, out: list[Block]) -> bool:
-    """Append the cluster's blocks of ``track`` to ``out``; False where one cannot be read (``matroska_blocks``)."""
+def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rate: int, out: Blocks) -> bool:
+    """Append the cluster's blocks of ``track`` to ``out``; False where one cannot be read (``matroska_blocks``).
+    A SimpleBlock with a one- or two-byte size is read inline: a minute of 20 ms Opus frames is 3000 of them."""
+    samples = out.samples
     while pos < end:
+        if data[pos] == _EBML_SIMPLE_BLOCK and pos + 2 < end and data[pos + 1] & 0xC0:  # a 1- or 2-byte size
+            head = data[pos + 1]
+            if head & 0x80:
+                start, value, unknown = pos + 2, head & 0x7F, 0x7F
+            else:
+                start, value, unknown = pos + 3, (head & 0x3F) << 8 | data[pos + 2], 0x3FFF
+            pos = start + value
+            if value == unknown or pos > end or (got := _block_samples(data, start, pos, track, codec)) is None:
+                return False
+            if got:
+                samples.append(got)
+            continue
         element = _element(data, pos, end)
-        if element is None:
+        if element is None or element[0] not in _CLUSTER_CHILDREN:
             return False
         ident, start, stop = element
-        if ident not in _CLUSTER_CHILDREN:
-            return False
         if ident == _EBML_SIMPLE_BLOCK:
-            samples = _block_samples(data, start, stop, track, codec)
-            if samples is None:
+            got = _block_samples(data, start, stop, track, codec)
+            if got is None:
                 return False
-            if samples:
-                out.append(Block(samples[0], 0))
+            if got:
+                samples.append(got)
         elif ident == _EBML_BLOCK_GROUP:
-            samples, discard, at = None, 0, start
+            got, discard, at = None, 0, start
             while at < stop:
                 child = _element(data, at, stop)
                 if child is None or child[0] not in _GROUP_CHILDREN:
                     return False
                 if child[0] == _EBML_BLOCK:
-                    samples = _block_samples(data, child[1], child[2], track, codec)
-                    if samples is None:
+                    got = _block_samples(data, child[1], child[2], track, codec)
+                    if got is None:
                         return False
                 elif child[0] == _EBML_DISCARD:
                     nanoseconds = int.from_bytes(data[child[1] : child[2]], "big", signed=True)
@@ -311,28 +324,29 @@ def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rat
                         return False
                     discard = (nanoseconds * rate + 500_000_000) // 1_000_000_000  # av_rescale_q: to nearest
                 at = child[2]
-            if samples is None:
+            if got is None:
                 return False
-            if samples:
-                out.append(Block(samples[0], discard))
+            if got and discard:
+                out.discards[len(samples)] = discard
+            if got:
+                samples.append(got)
         pos = stop
     return True
 
 
-def _block_samples(data: bytes, pos: int, end: int, track: int, codec: str) -> tuple[int, ...] | tuple[()] | None:
-    """(samples,) of a block of ``track``; () for another track's block; None when it is laced or its frame does
+def _block_samples(data: bytes, pos: int, end: int, track: int, codec: str) -> int | None:
+    """The samples of a block of ``track``; 0 for another track's block; None when it is laced or its frame does
     not read. Block: track number (vint), timecode (2), flags (lacing in bits 1-2), then the frame."""
     if pos >= end or not data[pos]:
         return None
     width = 9 - data[pos].bit_length()
     number = int.from_bytes(data[pos : pos + width], "big") & ((1 << (7 * width)) - 1)
     if number != track:
-        return ()
+        return 0
     frame = pos + width + 3
     if frame >= end or (data[frame - 1] >> 1) & 3:
         return None
-    samples = _opus_samples(data, frame, end) if codec == "opus" else _flac_block_size(data, frame, end)
-    return (samples,) if samples else None
+    return (_opus_samples if codec == "opus" else _flac_block_size)(data, frame, end) or None
 
 
 _OPUS_FRAME = (480, 960, 1920, 2880) * 3 + (480, 960) * 2 + (120, 240, 480, 960) * 4  # TOC config -> 48 kHz
