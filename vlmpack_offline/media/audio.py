@@ -231,16 +231,21 @@ def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> i
     """Opus or FLAC in Matroska / WebM: each block's samples (``audio_headers.matroska_blocks``), the first packet's
     skip (FFmpeg's CodecDelay, read off the packet the demuxer hands out) and the blocks' DiscardPadding, trimmed
     as the decoder does (``_trimmed``). Opus decodes at 48 kHz, mono or stereo here (more channels: decoded)."""
-    codec = stream.codec_context.codec.canonical_name
-    if codec == "opus" and (rate != 48000 or stream.codec_context.channels > 2):
-        return None
+    codec, skip = stream.codec_context.codec.canonical_name, 0
+    if codec == "opus":
+        head = stream.codec_context.extradata or b""  # the OpusHead: version, channels, pre-skip (LE16) ... mapping
+        if rate != 48000 or stream.codec_context.channels > 2 or len(head) < 19 or head[8] > 15 or head[18]:
+            return None
+        skip = int.from_bytes(head[10:12], "little")
     blocks = matroska_blocks(data, codec=codec, rate=rate)
     if not blocks:
         return None
     first = next(_packets(container, stream, part), None)
     if first is None:
         return None
-    return _trimmed_blocks(blocks, _skip_samples(first))
+    # the Opus decoder starts with the OpusHead pre-skip pending (ff_opus_parse_extradata, libavcodec/opus/parse.c,
+    # sets the skip to it); the first packet's side data, where there is one, replaces it
+    return _trimmed_blocks(blocks, _skip_samples(first), skip)
 
 
 def _skip_samples(packet) -> tuple[int, int] | None:
@@ -251,12 +256,12 @@ def _skip_samples(packet) -> tuple[int, int] | None:
     return max(0, int.from_bytes(raw[0:4], "little", signed=True)), int.from_bytes(raw[4:8], "little")
 
 
-def _trimmed_blocks(blocks: Blocks, first: tuple[int, int] | None) -> int:
+def _trimmed_blocks(blocks: Blocks, first: tuple[int, int] | None, skip: int) -> int:
     """The samples the decoder hands out for ``blocks`` (``_trimmed``): the first with the demuxer's side data, a
     later one with a DiscardPadding with it as side data (skip 0, as FFmpeg's matroskadec writes it). Once no skip
     is pending, a block without side data is handed out whole: those are summed, not stepped through."""
     samples, discards = blocks.samples, blocks.discards
-    total, skip, index = 0, 0, 0
+    total, index = 0, 0
     while index < len(samples) and (index == 0 or skip):  # the leading blocks a skip still cuts
         side = first if index == 0 else (0, discards[index]) if index in discards else None
         kept, skip = _trimmed(samples[index], False, side, skip)

@@ -203,6 +203,7 @@ _SEGMENT_CHILDREN = frozenset({0x114D9B74, 0x1549A966, _EBML_TRACKS, _EBML_CLUST
                                0x1043A770, 0x1254C367, _EBML_VOID, _EBML_CRC})  # fmt: skip
 _CLUSTER_CHILDREN = frozenset({0xE7, 0x5854, 0xA7, 0xAB, _EBML_SIMPLE_BLOCK, _EBML_BLOCK_GROUP, 0xAF, _EBML_VOID,
                                _EBML_CRC})  # fmt: skip
+_NUMBERS = frozenset({0xE7, 0xA7, 0xAB, 0x9B, 0xFA, 0xFB, 0xFD, 0x75A2})  # integer elements: 8 bytes at most
 _GROUP_CHILDREN = frozenset({_EBML_BLOCK, 0xA2, 0x75A1, 0x9B, 0xFA, 0xFB, 0xFD, 0xA4, 0x75A2, 0x8E, _EBML_VOID,
                              _EBML_CRC})  # fmt: skip
 
@@ -255,10 +256,11 @@ def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     return blocks if track is not None else None
 
 
-def _audio_track(data: bytes, pos: int, end: int) -> int | None:
-    """The number of the Tracks element's one audio entry (TrackType 2), None when there is not exactly one or it
-    has ContentEncodings."""
+def _audio_track(data: bytes, pos: int, end: int) -> tuple[int, frozenset[int]] | None:
+    """The number of the Tracks element's one audio entry (TrackType 2) and every entry's number; None when there
+    is not exactly one audio entry or it has ContentEncodings."""
     found: list[tuple[int | None, bool]] = []
+    numbers: set[int] = set()
     while pos < end:
         element = _element(data, pos, end)
         if element is None:
@@ -277,13 +279,20 @@ def _audio_track(data: bytes, pos: int, end: int) -> int | None:
                 at = child[2]
             if kind == 2:
                 found.append((number, encoded))
+            if number is not None:
+                numbers.add(number)
         pos = stop
-    return found[0][0] if len(found) == 1 and not found[0][1] else None
+    if len(found) != 1 or found[0][0] is None or found[0][1]:
+        return None
+    return found[0][0], frozenset(numbers)
 
 
-def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rate: int, out: Blocks) -> bool:
-    """Append the cluster's blocks of ``track`` to ``out``; False where one cannot be read (``matroska_blocks``).
-    A SimpleBlock with a one- or two-byte size is read inline: a minute of 20 ms Opus frames is 3000 of them."""
+def _cluster_blocks(data: bytes, pos: int, end: int, tracks: tuple[int, frozenset[int]], codec: str, rate: int,
+                    out: Blocks) -> bool:  # fmt: skip
+    """Append the cluster's blocks of the audio track to ``out``; False where one cannot be read as FFmpeg's
+    matroskadec.c reads it (``matroska_blocks``; a number past 8 bytes, or a block of a track the file does not
+    declare, is an error there that skips the rest of the cluster). A SimpleBlock with a one- or two-byte size
+    is read inline: a minute of 20 ms Opus frames is 3000 of them."""
     samples = out.samples
     while pos < end:
         if data[pos] == _EBML_SIMPLE_BLOCK and pos + 2 < end and data[pos + 1] & 0xC0:  # a 1- or 2-byte size
@@ -293,17 +302,18 @@ def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rat
             else:
                 start, value, unknown = pos + 3, (head & 0x3F) << 8 | data[pos + 2], 0x3FFF
             pos = start + value
-            if value == unknown or pos > end or (got := _block_samples(data, start, pos, track, codec)) is None:
+            if value == unknown or pos > end or (got := _block_samples(data, start, pos, tracks, codec)) is None:
                 return False
             if got:
                 samples.append(got)
             continue
         element = _element(data, pos, end)
-        if element is None or element[0] not in _CLUSTER_CHILDREN:
+        if element is None or element[0] not in _CLUSTER_CHILDREN or (element[0] in _NUMBERS and
+                                                                      element[2] - element[1] > 8):  # fmt: skip
             return False
         ident, start, stop = element
         if ident == _EBML_SIMPLE_BLOCK:
-            got = _block_samples(data, start, stop, track, codec)
+            got = _block_samples(data, start, stop, tracks, codec)
             if got is None:
                 return False
             if got:
@@ -312,10 +322,11 @@ def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rat
             got, discard, at = None, 0, start
             while at < stop:
                 child = _element(data, at, stop)
-                if child is None or child[0] not in _GROUP_CHILDREN:
+                if child is None or child[0] not in _GROUP_CHILDREN or (child[0] in _NUMBERS and
+                                                                        child[2] - child[1] > 8):  # fmt: skip
                     return False
                 if child[0] == _EBML_BLOCK:
-                    got = _block_samples(data, child[1], child[2], track, codec)
+                    got = _block_samples(data, child[1], child[2], tracks, codec)
                     if got is None:
                         return False
                 elif child[0] == _EBML_DISCARD:
@@ -334,15 +345,16 @@ def _cluster_blocks(data: bytes, pos: int, end: int, track: int, codec: str, rat
     return True
 
 
-def _block_samples(data: bytes, pos: int, end: int, track: int, codec: str) -> int | None:
-    """The samples of a block of ``track``; 0 for another track's block; None when it is laced or its frame does
-    not read. Block: track number (vint), timecode (2), flags (lacing in bits 1-2), then the frame."""
+def _block_samples(data: bytes, pos: int, end: int, tracks: tuple[int, frozenset[int]], codec: str) -> int | None:
+    """The samples of a block of the audio track (``tracks``: its number, every declared one); 0 for another
+    declared track's block; None when it is laced, of an undeclared track, or its frame does not read. Block:
+    track number (vint), timecode (2), flags (lacing in bits 1-2), then the frame."""
     if pos >= end or not data[pos]:
         return None
     width = 9 - data[pos].bit_length()
     number = int.from_bytes(data[pos : pos + width], "big") & ((1 << (7 * width)) - 1)
-    if number != track:
-        return 0
+    if number != tracks[0]:
+        return 0 if number in tracks[1] and pos + width + 3 <= end else None
     frame = pos + width + 3
     if frame >= end or (data[frame - 1] >> 1) & 3:
         return None
@@ -350,18 +362,61 @@ def _block_samples(data: bytes, pos: int, end: int, track: int, codec: str) -> i
 
 
 _OPUS_FRAME = (480, 960, 1920, 2880) * 3 + (480, 960) * 2 + (120, 240, 480, 960) * 4  # TOC config -> 48 kHz
+_OPUS_MAX_BYTES = 1275  # a frame's bytes at most (RFC 6716 3.2.1)
 
 
 def _opus_samples(data: bytes, pos: int, end: int) -> int | None:
-    """An Opus packet's samples at 48 kHz from its TOC byte (RFC 6716 3.1: config -> frame size; code 0: one frame,
-    1 and 2: two, 3: the count in the next byte); None when it is malformed or over 120 ms (the decoder refuses)."""
-    toc = data[pos]
+    """An Opus packet's samples at 48 kHz (RFC 6716 3.1: the TOC's config gives the frame size; code 0: one frame,
+    1 and 2: two, 3: the count in the next byte), or None where FFmpeg's ``ff_opus_parse_packet``
+    (libavcodec/opus/parse.c) refuses the packet (its parser then drops it, its decoder fails) or might: the
+    same checks of the frame lengths, padding and 120 ms limit, a negative remainder refused outright."""
+    size, toc = end - pos, data[pos]
     code = toc & 3
-    if code == 3 and pos + 1 >= end:
-        return None
-    count = (1, 2, 2, data[pos + 1] & 0x3F if code == 3 else 0)[code]
+    if code == 0:
+        count = 1 if size - 1 <= _OPUS_MAX_BYTES else 0
+    elif code == 1:
+        count = 2 if (size - 1) % 2 == 0 and (size - 1) // 2 <= _OPUS_MAX_BYTES else 0
+    elif code == 2:
+        first, at = _lacing16(data, pos + 1, end)
+        count = 2 if first >= 0 and 0 <= end - at - first <= _OPUS_MAX_BYTES else 0
+    else:
+        count = _opus_code3_frames(data, pos, end)
     samples = count * _OPUS_FRAME[toc >> 3]
     return samples if 0 < samples <= 5760 else None
+
+
+def _opus_code3_frames(data: bytes, pos: int, end: int) -> int:
+    """The frame count of a code 3 packet (RFC 6716 3.2.5), 0 where ``ff_opus_parse_packet`` would refuse it."""
+    if end - pos < 2:
+        return 0
+    count, padded, vbr, at, padding = data[pos + 1] & 0x3F, data[pos + 1] & 0x40, data[pos + 1] & 0x80, pos + 2, 0
+    if not 1 <= count <= 48:
+        return 0
+    while padded:  # padding length: bytes of 255 add 254 each, the first byte below 255 ends it
+        if at >= end:
+            return 0
+        padding, padded, at = padding + (254 if data[at] == 255 else data[at]), data[at] == 255, at + 1
+    if vbr:
+        total = 0
+        for _ in range(count - 1):
+            length, at = _lacing16(data, at, end)
+            if length < 0:
+                return 0
+            total += length
+        return count if 0 <= total <= end - at - padding else 0
+    frame_bytes = end - at - padding
+    return count if frame_bytes >= 0 and frame_bytes % count == 0 and frame_bytes // count <= _OPUS_MAX_BYTES else 0
+
+
+def _lacing16(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """A 1- or 2-byte Opus frame length at ``at`` and the position after it; (-1, at) when the packet ends first."""
+    if at >= end:
+        return -1, at
+    if data[at] < 252:
+        return data[at], at + 1
+    if at + 1 >= end:
+        return -1, at
+    return data[at] + 4 * data[at + 1], at + 2
 
 
 _FLAC_SIZES = (0, 192, 576, 1152, 2304, 4608, -8, -16) + tuple(256 << k for k in range(8))
