@@ -21,14 +21,32 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
     opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file and match their
                               to FFmpeg's duration - its codec delay       CRCs, the last one ends the stream
                                                                            (audio_headers.walk)
-    everything else (aac,     decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
-    vorbis, mp3 untagged,     loader's decoder's                           VBRI count is not above it (one frame
-    flac without a count...)                                               of slack)
+    aac (LC) in raw ADTS      1024 x the frames                            the file is a chain of ADTS frames of one
+                                                                           layout to its last byte (adts_frames)
+    aac (LC) in MP4 / M4A     1024 x the index entries FFmpeg's mov        the entries lie inside the file and are
+                              demuxer keeps, trimmed (``_trimmed``)        the whole sample table (not fragmented)
+    opus, flac in Matroska /  each block's samples (Opus TOC, FLAC block   the walk reads every Segment and Cluster
+    WebM (one audio track)    size), trimmed by the first packet's skip    child as FFmpeg's matroskadec does
+                              and the blocks' DiscardPadding               (matroska_blocks); else it declines
+    everything else (vorbis,  decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
+    mp3 untagged, flac        loader's decoder's                           VBRI count is not above it (one frame
+    without a count, ...)                                                  of slack)
+
+The trimmed rows replay libavcodec's ``discard_samples`` (decode.c) on the packets' frame counts: a packet's
+AV_PKT_DATA_SKIP_SAMPLES side data sets the pending skip and an end discard, a packet flagged discard (mov's edit
+list) is dropped against the skip, the skip is cut from the next frames' starts, the discard from that frame's
+end. The side data is read off the first packet the demuxer hands out; the later ones' (Matroska's
+DiscardPadding) from the walk, which ``tests/test_audio_walk.py`` holds to the demuxer's own packets. A walk
+counts only what it can stand for: anything it cannot read as the demuxer does (an element of unknown size, a
+laced block, a packet ``ff_opus_parse_packet`` refuses, an ID3 tag before ADTS frames) is counted by decoding.
+What a walk cannot see is a packet whose coded data is damaged (AAC and Matroska packets carry no checksum): the
+decoder fails on it, the walk counts it; ``check_decodes`` (``scan.decode_check``) drops it, as for MP3.
 
 A lossy codec's header length is not the decoded length in general (AAC in MP4: the priming frame and the
 last frame's padding; Opus: the pre-skip; MP3 without a gapless tag: the decoder delay), so those rows are
-exact only where the rule above is the decoder's own (``tests/test_audio_media.py`` holds every row to a plain
-decode on clips of many lengths, rates and channel counts); the rest are counted by decoding
+exact only where the rule above is the decoder's own (``tests/test_audio_media.py`` and ``test_audio_walk.py``
+hold every row to a plain decode on clips of many lengths, rates and channel counts, and on damaged copies); the
+rest are counted by decoding
 (docs/performance.md, "Audio probing", has what each costs against decoding and feature extraction).
 
 Before opening, the container's structure is walked to its end (``audio_headers.walk``; MP4 / M4A, Matroska /

@@ -1,0 +1,184 @@
+"""``media.audio``'s demux-side walks (AAC in ADTS and MP4, Opus and FLAC in Matroska / WebM) count exactly what
+PyAV's decoder hands out, without decoding; where a walk cannot stand for the demuxer it declines to decoding, and
+a damaged copy is never counted differently from what the decoder yields.
+
+The oracle is a plain PyAV decode loop with FFmpeg's defaults (``_decoded``), as in ``test_audio_media.py``. That
+the walk decodes nothing is shown by making the probe's decode path raise (``_no_decoding``). The walks' packets
+are held to the packets FFmpeg's demuxers hand out (counts, discard flags, skip side data). Damaged copies: every
+byte of small clips flipped, one at a time.
+"""
+
+from __future__ import annotations
+
+import io
+
+import av
+import pytest
+
+from vlmpack_offline.media import audio as audio_module
+from vlmpack_offline.media.audio import check_decodes, probe_audio
+from vlmpack_offline.media.audio_headers import _opus_samples, adts_frames, matroska_blocks
+from vlmpack_offline.reasons import DropError, Reason
+from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
+
+WALKED = ("m4a", "aac", "webm", "mka")
+RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+
+
+def _decoded(data: bytes) -> tuple[int, int | None]:
+    """(samples, rate) PyAV's decoder yields for the first audio stream, FFmpeg's defaults; (0, None) when the file
+    does not open or decode to its end (PyAV's errors, or its metadata not UTF-8), or changes its rate part-way
+    (decode_audio refuses all of these)."""
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            samples, rate = 0, None
+            for frame in container.decode(audio=0):
+                if rate is not None and frame.sample_rate != rate:
+                    return 0, None
+                samples, rate = samples + frame.samples, frame.sample_rate
+            return samples, rate
+    except Exception:  # noqa: BLE001 - whatever PyAV raises, decode_audio drops the file
+        return 0, None
+
+
+@pytest.fixture
+def _no_decoding(monkeypatch):
+    """The probe's decode path (``_decoded_samples``) raises: a count that comes back was walked, not decoded."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the probe decoded")
+
+    monkeypatch.setattr(audio_module, "_decoded_samples", refuse)
+
+
+def _lengths(rate: int) -> tuple[int, ...]:
+    """One sample, the 7-sample clip AAC decodes to nothing, lengths around the frame sizes (960 Opus, 1024 AAC,
+    4096 FLAC), 0.05 s, 0.1 s, a second and 3 s."""
+    return (1, 7, 100, 959, 961, 1023, 1024, 1025, 2047, 2049, 4097, rate // 20, rate // 10 + 1, rate + 3, 3 * rate + 17)
+
+
+@pytest.mark.parametrize("container", WALKED)
+def test_walk_counts_what_the_decoder_yields_without_decoding(container, _no_decoding):
+    """Every rate the encoder takes, mono and stereo, every length: the probe's (samples, rate) are the decoder's,
+    found without decoding; a clip the decoder yields nothing from is dropped as corrupt_media."""
+    wrong = []
+    for rate in (r for r in RATES if rates_taken(container) is None or r in rates_taken(container)):
+        for channels in (1, 2):
+            for length in _lengths(rate):
+                data = encode_audio(container, samples=length, sample_rate=rate, channels=channels, seed=length)
+                oracle = _decoded(data)
+                try:
+                    info = probe_audio(data, part="clip")
+                    got = (info.samples, info.sample_rate)
+                except DropError as exc:
+                    got = exc.reason
+                if got != (oracle if oracle[0] else Reason.CORRUPT_MEDIA):
+                    wrong.append((rate, channels, length, oracle, got))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("container", ["m4a", "webm", "mka"])
+def test_walk_reads_the_packets_the_demuxer_hands_out(container):
+    """The walks' view is the demuxer's: MP4's index entries are its packets, discard flags and all, and Matroska's
+    blocks are its packets with their DiscardPadding as skip side data; skip side data rides on the first packet
+    only, which is where the walk reads it."""
+    rate = 44100 if container != "webm" else 48000
+    for length in (1, 1025, rate // 10 + 1, 2 * rate + 5):
+        data = encode_audio(container, samples=length, sample_rate=rate, channels=2, seed=length)
+        with av.open(io.BytesIO(data)) as opened:
+            stream = opened.streams.audio[0]
+            entries = [entry.is_discard for entry in stream.index_entries]
+            packets = [packet for packet in opened.demux(stream) if packet.size]
+            sides = [audio_module._skip_samples(packet) for packet in packets]
+            codec, channels = stream.codec_context.codec.canonical_name, stream.codec_context.channels
+        assert all(side is None or side[0] == 0 for side in sides[1:]), sides
+        if container == "m4a":
+            assert entries == [packet.is_discard for packet in packets]
+            continue
+        blocks = matroska_blocks(data, codec=codec, rate=rate)
+        assert len(blocks.samples) == len(packets) and channels == 2
+        walked = [(0, blocks.discards[i]) if i in blocks.discards else None for i in range(1, len(packets))]
+        assert walked == sides[1:]
+
+
+def test_seven_samples_of_aac_in_mp4_are_dropped_as_the_decoder_yields_nothing(_no_decoding):
+    """The priming packet is flagged discard and the one packet past the edit's end is left out of the index: the
+    walk counts 0, the probe drops the clip, as decoding it gives nothing."""
+    data = encode_audio("m4a", samples=7, sample_rate=44100, channels=1)
+    assert _decoded(data) == (0, None)
+    with pytest.raises(DropError, match=r"^tiny\.m4a: the aac stream holds no audio \(0 samples\)") as exc:
+        probe_audio(data, part="tiny.m4a")
+    assert exc.value.reason == Reason.CORRUPT_MEDIA
+
+
+def test_adts_behind_an_id3_tag_is_counted_by_decoding():
+    """An ID3v2 tag before the first frame (FFmpeg's demuxer skips it): not a bare chain of frames, so the walk
+    declines and the count is the decoder's."""
+    frames = encode_audio("aac", samples=44100, sample_rate=44100, channels=2)
+    tag = b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10)
+    assert adts_frames(frames) is not None and adts_frames(tag + frames) is None
+    info = probe_audio(tag + frames, part="tagged.aac")
+    assert (info.samples, info.sample_rate) == _decoded(tag + frames) == _decoded(frames)
+
+
+@pytest.mark.parametrize(
+    ("packet", "samples"),
+    [
+        (bytes([0xFC]) + bytes(40), 960),  # config 31 (CELT 20 ms), code 0: one frame
+        (bytes([0xFD]) + bytes(40), 1920),  # code 1: two frames of 20 bytes each
+        (bytes([0xFD]) + bytes(41), None),  # code 1 with an odd remainder: no equal halves
+        (bytes([0xFE, 10]) + bytes(30), 1920),  # code 2: a 10-byte frame, then 20 bytes
+        (bytes([0xFE, 40]) + bytes(30), None),  # code 2: the first frame runs past the packet
+        (bytes([0xFF, 0x03]) + bytes(30), 2880),  # code 3, CBR, three frames of 10 bytes
+        (bytes([0xFF, 0x00]) + bytes(30), None),  # code 3 with no frames
+        (bytes([0x1B, 0x03]) + bytes(30), None),  # config 3 (SILK 60 ms) x 3 frames: 180 ms, past the 120 ms limit
+        (bytes([0xFC]) + bytes(1276), None),  # a frame over 1275 bytes
+    ],
+)
+def test_opus_packet_frames_are_read_as_ffmpeg_parses_them(packet, samples):
+    """RFC 6716 3.2's packet codes, and the packets ff_opus_parse_packet refuses (its parser drops them in
+    Matroska): those decline the walk."""
+    assert _opus_samples(packet, 0, len(packet)) == samples
+
+
+def _flipped_copies(data: bytes, stride: int, mask: int):
+    for at in range(0, len(data), stride):
+        damaged = bytearray(data)
+        damaged[at] ^= mask
+        yield at, bytes(damaged)
+
+
+@pytest.mark.parametrize(
+    ("container", "rate", "channels", "seconds", "stride", "mask"),
+    [
+        ("webm", 48000, 2, 0.3, 3, 0xFF),
+        ("webm", 16000, 1, 0.3, 2, 0x01),
+        ("mka", 44100, 2, 0.05, 5, 0xFF),
+        ("m4a", 44100, 2, 0.2, 3, 0xFF),
+        ("m4a", 16000, 1, 0.3, 3, 0x01),
+        ("aac", 44100, 1, 0.2, 2, 0x80),
+    ],
+)
+def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, rate, channels, seconds, stride,
+                                                                      mask):  # fmt: skip
+    """Each byte of a small clip flipped in turn (``stride``: every n-th byte). Where the decoder decodes the copy,
+    the probe gives its count or drops the copy; where it fails, the probe drops it or counts it and
+    check_decodes (``scan.decode_check``) drops it: coded data without a checksum is seen only by decoding."""
+    data = encode_audio(container, samples=int(rate * seconds) + 3, sample_rate=rate, channels=channels, seed=5)
+    wrong = []
+    for at, damaged in _flipped_copies(data, stride, mask):
+        oracle = _decoded(damaged)
+        try:
+            info = probe_audio(damaged, part="x")
+        except DropError:
+            continue
+        if oracle[0]:
+            if (info.samples, info.sample_rate) != oracle:
+                wrong.append((at, oracle, info.samples))
+            continue
+        try:
+            check_decodes(damaged, samples=info.samples, part="x")
+            wrong.append((at, "decode fails, check_decodes passes", info.samples))
+        except DropError as exc:
+            assert exc.reason == Reason.CORRUPT_MEDIA
+    assert not wrong, wrong
