@@ -193,16 +193,72 @@ def test_audio_samples_go_through_every_stage_and_energon_hands_the_loader_their
     assert sum(audios.values()) > 0
 
 
-def test_automodels_adapter_refuses_an_audio_pack_its_collater_would_strip(packed):
-    """NeMo Automodel's VLM collaters keep only image and video fields: an audio pack is refused, not trained deaf."""
+def test_the_write_records_the_media_items_it_packed_from(packed):
+    from vlmpack_offline.packed_settings import may_hold, written_counts
+
+    config, _, rows, _ = packed
+    ok = [row for row in rows.values() if row.status == "ok"]
+    counts = written_counts(config.data.packed_wds_dir)
+    assert (counts["images"], counts["videos"], counts["audios"]) == tuple(
+        sum(getattr(row, f"n_{kind}") for row in ok) for kind in ("images", "videos", "audios"))
+    assert counts["audios"] > 0 and may_hold(config.data.packed_wds_dir, "audios")
+
+
+def test_automodels_adapter_refuses_an_audio_set_its_collater_would_strip(packed, tmp_path):
+    """NeMo Automodel's VLM collaters keep only image and video fields: a set the write recorded audio in is refused
+    when the adapter is built, and where no count was recorded (an older set), each audio pack is refused."""
+    import shutil
+
     from vlmpack_offline.errors import ConfigError
     from vlmpack_offline.loader import PackDataset, PackEncoder
     from vlmpack_offline.loader.adapters import AutomodelAdapter
 
     config, folder, _, _ = packed
     encoder = PackEncoder.from_packed_dir(config.data.packed_wds_dir, str(folder))
+    with pytest.raises(ConfigError, match="holds audio, and NeMo Automodel's VLM collaters"):
+        AutomodelAdapter(encoder)
+    older = tmp_path / "older"
+    shutil.copytree(config.data.packed_wds_dir, older)
+    marker = older / ".nv-meta" / "vlmpack_write.json"
+    record = json.loads(marker.read_text())
+    del record["counts"]
+    marker.write_text(json.dumps(record))
+    encoder = PackEncoder.from_packed_dir(older, str(folder))
     adapter = AutomodelAdapter(encoder)
-    batches = list(PackDataset(config.data.packed_wds_dir, encoder))
+    batches = list(PackDataset(older, encoder))
     with pytest.raises(ConfigError, match="holds audio"):
         adapter.pack(next(b for b in batches if int(b.n_audios_per_sample.sum())))
     adapter.pack(next(b for b in batches if not int(b.n_audios_per_sample.sum())))  # the rest packs as before
+
+
+def test_checkpointing_with_several_ranks_on_an_audio_set_needs_the_unused_parameter_search(packed, tmp_path,
+                                                                                            monkeypatch):
+    """A rank whose pack has no audio leaves the audio tower without gradients; with gradient checkpointing
+    transformers turns DDP's unused-parameter search off, so DDP would wait forever: refused, dummy images or not."""
+    from transformers import TrainingArguments
+
+    from vlmpack_offline.errors import ConfigError
+    from vlmpack_offline.loader.adapters.hf_trainer import TrainerPacks
+
+    config, folder, _, _ = packed
+
+    def args(**overrides) -> TrainingArguments:
+        made = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, use_cpu=True,
+                                 report_to=[], gradient_checkpointing=True, **overrides)  # fmt: skip
+        monkeypatch.setattr(type(made), "world_size", property(lambda self: 2))
+        return made
+
+    with pytest.raises(ConfigError, match="holds audio: .* set ddp_find_unused_parameters=True"):
+        TrainerPacks.for_packed_dir(config.data.packed_wds_dir, args(), processor_path=str(folder))
+    TrainerPacks.for_packed_dir(config.data.packed_wds_dir, args(ddp_find_unused_parameters=True),
+                                processor_path=str(folder))
+
+
+def test_a_dummy_image_where_the_family_has_none_is_refused_when_the_encoder_is_built(packed):
+    from vlmpack_offline.errors import ConfigError
+    from vlmpack_offline.loader import EncoderOptions, PackEncoder
+
+    config, folder, _, _ = packed
+    with pytest.raises(ConfigError, match="qwen3_omni_moe has no such dummy: train with DDP's unused-parameter"):
+        PackEncoder.from_packed_dir(config.data.packed_wds_dir, str(folder),
+                                    options=EncoderOptions(dummy_image_for_text_packs=True))

@@ -15,7 +15,7 @@ import pytest
 
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.loader import PackDataset, PackEncoder
-from vlmpack_offline.packed_settings import may_hold_videos
+from vlmpack_offline.packed_settings import may_hold
 from vlmpack_offline.stages import bucket, plan, scan, write
 from vlmpack_offline.synthetic.shards import generate_dataset
 
@@ -42,7 +42,7 @@ def test_the_write_records_how_many_videos_it_packed_from(packed):
     videos, out = packed
     counts = json.loads((out / ".nv-meta" / "vlmpack_write.json").read_text())["counts"]
     assert (counts["videos"] > 0) == videos
-    assert may_hold_videos(out) == videos
+    assert may_hold(out, "videos") == videos
 
 
 def test_without_av_an_image_set_loads_and_a_video_set_refuses_at_construction(packed, monkeypatch):
@@ -62,4 +62,4 @@ def test_a_set_written_before_the_count_was_recorded_may_hold_videos(packed, tmp
     del marker["counts"]["videos"]
     (tmp_path / ".nv-meta").mkdir()
     (tmp_path / ".nv-meta" / "vlmpack_write.json").write_text(json.dumps(marker))
-    assert may_hold_videos(tmp_path)
+    assert may_hold(tmp_path, "videos")

@@ -60,7 +60,8 @@ from .schedule import Schedule
 __all__ = [
     "SETTINGS_NAME",
     "WRITE_MARKER",
-    "may_hold_videos",
+    "may_hold",
+    "written_counts",
     "SETTINGS_FORMAT",
     "PROCESSOR_FILES",
     "processor_file_hashes",
@@ -189,15 +190,21 @@ def written_mixture(packed_dir: str | Path) -> dict | None:
     return read_packed_settings(packed_dir).get("mixture") if path.is_file() else None
 
 
-def may_hold_videos(packed_dir: str | Path) -> bool:
-    """False only where the finished write recorded no video among the samples it could pack (``counts.videos``):
-    a loader for such a dataset needs no video reader installed; an older dataset's answer is True."""
+def written_counts(packed_dir: str | Path) -> dict | None:
+    """The finished write's counts (packs, samples, shards, bytes; images, videos, audios: the media items of the
+    samples it packed from); None where the write did not finish or left no marker."""
     path = Path(packed_dir) / _META_DIR / WRITE_MARKER
     try:
         marker = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
-        return True
-    return not (marker.get("complete") and marker.get("counts", {}).get("videos") == 0)
+        return None
+    return marker.get("counts") if marker.get("complete") else None
+
+
+def may_hold(packed_dir: str | Path, kind: str) -> bool:
+    """False only where the finished write recorded no ``kind`` ("images", "videos", "audios"): a loader then
+    needs no video reader, a trainer no audio guard. A dataset written before the counts were recorded: True."""
+    return (written_counts(packed_dir) or {}).get(kind) != 0
 
 
 def written_alignment(packed_dir: str | Path) -> Alignment:

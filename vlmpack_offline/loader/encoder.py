@@ -54,11 +54,11 @@ from PIL import Image
 
 from ..config import Config
 from ..conversation import MEDIA_KINDS, Conversation, MediaRef
-from ..errors import LengthMismatchError, MediaDecodeError, VlmpackError
+from ..errors import ConfigError, LengthMismatchError, MediaDecodeError, VlmpackError
 from ..families import family_for
 from ..media import decode_frames, probe_video
 from ..packed_format import PackedSample, PackedSubSample, pack_key
-from ..packed_settings import check_against_packed_dir, config_from_packed_dir, may_hold_videos
+from ..packed_settings import check_against_packed_dir, config_from_packed_dir, may_hold
 from ..remote_code import trusted
 from ..tokens import ImageMedia, TokenCounter, VideoMedia, make_counter, probe_media
 from ..tokens.media_info import sample_for
@@ -131,7 +131,7 @@ class PackEncoder:
         self.options = options or EncoderOptions()
         # a packed set whose write recorded no video needs no video reader on the training machine
         packed = config.data.packed_wds_dir
-        rules = load_model_rules(config.model, reads_video=not packed or may_hold_videos(config.packed_wds_dir))
+        rules = load_model_rules(config.model, reads_video=not packed or may_hold(config.packed_wds_dir, "videos"))
         self.pack_processor: ProcessorPack | None = None
         processor_family = not rules.text_only and runs_processor(rules.model_type)
         # the scan's own counter: materialize() for a module family; for a processor family its probe picks the
@@ -160,6 +160,11 @@ class PackEncoder:
             self.counter.expander.special.image_pad)  # fmt: skip
         # LLaVA-OneVision: a sub-sample's images go through one processor call (ProcessorImages.images)
         self.images_per_sample = bool(getattr(family_for(self.rules.model_type), "images_per_sample", False))
+        if self.options.dummy_image_for_text_packs and not isinstance(self.media, MediaProcessor):
+            raise ConfigError(  # here, not at the first text-only pack
+                f"EncoderOptions.dummy_image_for_text_packs is built for Qwen-VL grids; {self.rules.model_type} has "
+                "no such dummy: train with DDP's unused-parameter search instead (ddp_find_unused_parameters=True)"
+            )
 
     @classmethod
     def from_packed_dir(
@@ -281,10 +286,6 @@ class PackEncoder:
         return segments, fields
 
     def _dummy_segment(self) -> _Segment:
-        if not isinstance(self.media, MediaProcessor):
-            raise ValueError(
-                f"dummy_image_for_text_packs is built for Qwen-VL grids; {self.rules.model_type} has no such dummy yet"
-            )
         side = self.rules.factor
         buffer = io.BytesIO()
         Image.new("RGB", (side, side)).save(buffer, format="PNG")

@@ -39,6 +39,7 @@ import torch
 
 from ...errors import ConfigError
 from ...optional import require
+from ...packed_settings import written_counts
 from ..batch import PackBatch
 from ..encoder import PackEncoder
 from ..labels import IGNORE_INDEX
@@ -50,6 +51,11 @@ __all__ = ["AutomodelAdapter", "MEDIA_KEYS"]
 MEDIA_KEYS = ("pixel_values", "image_grid_thw", "image_position_ids", "pixel_values_videos", "video_grid_thw",
               "second_per_grid_ts")  # fmt: skip
 COLLATERS = {"neat": "neat_packed_vlm_collater", "thd": "packed_sequence_thd_vlm_collater"}
+
+
+_AUDIO = ("{what}, and NeMo Automodel's VLM collaters keep only the image and video fields "
+          "(neat_packing_vlm.MEDIA_KEYS): its input_features would be dropped without a word. Train audio packs with "
+          "the Trainer or PyTorch adapters (docs/training/), or pack without audio")
 
 
 class AutomodelAdapter(Adapter):
@@ -68,6 +74,8 @@ class AutomodelAdapter(Adapter):
                 "AutomodelAdapter: Automodel has no context-parallel THD packing for mRoPE models (neat_packing_vlm "
                 f"refuses it; {encoder.rules.model_type} is one): use packing_format='neat', or cp_size=1"
             )
+        if encoder.config.data.packed_wds_dir and (written_counts(encoder.config.packed_wds_dir) or {}).get("audios"):
+            raise ConfigError(_AUDIO.format(what=f"{encoder.config.packed_wds_dir} holds audio"))  # before any step
         self.encoder = encoder
         self.packing_format = packing_format
         self.padding_idx = padding_idx
@@ -100,11 +108,7 @@ class AutomodelAdapter(Adapter):
                 "its own fake images: PreTokenizedDatasetWrapper(inject_fake_images=True))"
             )
         if batch.n_audios_per_sample is not None and int(batch.n_audios_per_sample.sum()):
-            raise ConfigError(
-                f"pack {batch.pack_id} holds audio, and NeMo Automodel's VLM collaters keep only the image and video "
-                "fields (neat_packing_vlm.MEDIA_KEYS): its input_features would be dropped without a word. Train "
-                "audio packs with the Trainer or PyTorch adapters (docs/training/), or pack without audio"
-            )
+            raise ConfigError(_AUDIO.format(what=f"pack {batch.pack_id} holds audio"))
         bounds = batch.cu_seqlens.tolist()
         ids, labels, mm, segment, positions = [], [], [], [], []
         seq_lens, padded_lens = [], []

@@ -53,6 +53,7 @@ from torch.utils.data import SequentialSampler
 
 from ...errors import ConfigError
 from ...optional import require
+from ...packed_settings import may_hold
 from ..batch import PackBatch
 from ..encoder import EncoderOptions, PackEncoder
 from ..labels import IGNORE_INDEX, scored_segments, weighted_loss_sum
@@ -147,16 +148,26 @@ class TrainerPacks:
         if getattr(args, "dataloader_persistent_workers", False):
             raise ConfigError("dataloader_persistent_workers=True keeps each worker's copy of the dataset, so the "
                               "new permutation of the next epoch would not reach it; set it to False")
-        if (args.world_size > 1 and args.gradient_checkpointing and args.ddp_find_unused_parameters is not True
-                and not dummy_image_for_text_packs):
-            raise ConfigError(
-                "gradient_checkpointing with several ranks: transformers then turns off DDP's search for unused "
-                "parameters, and a rank whose pack has no image leaves the vision tower without gradients, so "
-                "DDP waits forever; set ddp_find_unused_parameters=True, or pass dummy_image_for_text_packs=True "
-                "(a one-token black image in every text-only pack, which changes no loss)"
-            )
         options = EncoderOptions(loss_weights=loss == "sample", dummy_image_for_text_packs=dummy_image_for_text_packs)
         encoder = PackEncoder.from_packed_dir(packed_wds_dir, processor_path, options=options)
+        if args.world_size > 1 and args.gradient_checkpointing and args.ddp_find_unused_parameters is not True:
+            # transformers then turns off DDP's search for unused parameters: a tower that gets no gradients on one
+            # rank and some on another makes DDP wait forever
+            hears = encoder.pack_processor is not None and encoder.pack_processor.audio_extractor is not None
+            if hears and may_hold(packed_wds_dir, "audios"):
+                raise ConfigError(
+                    f"gradient_checkpointing with several ranks, and {packed_wds_dir} holds audio: transformers then "
+                    "turns off DDP's search for unused parameters, and a rank whose pack has no audio leaves the audio "
+                    "tower without gradients, so DDP waits forever (there is no dummy audio); set "
+                    "ddp_find_unused_parameters=True"
+                )
+            if not dummy_image_for_text_packs:
+                raise ConfigError(
+                    "gradient_checkpointing with several ranks: transformers then turns off DDP's search for unused "
+                    "parameters, and a rank whose pack has no image leaves the vision tower without gradients, so "
+                    "DDP waits forever; set ddp_find_unused_parameters=True, or pass dummy_image_for_text_packs=True "
+                    "(a one-token black image in every text-only pack, which changes no loss)"
+                )
         if model is not None:
             check_model_family("TrainerPacks", packed_wds_dir, encoder.rules.model_type, model)
             if attn_implementation is None:
