@@ -88,7 +88,7 @@ class DataConfig:
     wds_dir: str | list[str] = ""  # a directory (searched recursively), a glob, or a list of tar paths
     template_text_key: str | None = None  # JSON key of the published tool's `texts` layout, if used
     work_dir: str = ""  # where manifest.sqlite, bins/, pack_plan.npz and stats land
-    packed_wds_dir: str = ""  # where pretrain-*.tar and .nv-meta/ are written
+    packed_wds_dir: str = ""  # where pretrain-*.tar and .nv-meta/ are written: a path, or s3:// gs:// msc://
     # a mixture of named sources instead of wds_dir (docs/mixtures.md); their weights / repeat / count are applied
     # by bucket and plan, so changing them reuses the scan
     sources: list[SourceConfig] = field(default_factory=list)
