@@ -19,7 +19,7 @@ from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
 from vlmpack_offline.media.audio_headers import _opus_samples, adts_frames, matroska_blocks
 from vlmpack_offline.reasons import DropError, Reason
-from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
+from vlmpack_offline.synthetic.audio import encode_audio, rates_taken, signal_chunks
 
 WALKED = ("m4a", "aac", "webm", "mka")
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
@@ -99,6 +99,34 @@ def test_walk_reads_the_packets_the_demuxer_hands_out(container):
         assert len(blocks.samples) == len(packets) and channels == 2
         walked = [(0, blocks.discards[i]) if i in blocks.discards else None for i in range(1, len(packets))]
         assert walked == sides[1:]
+
+
+def _aac_in_matroska(samples: int, rate: int, channels: int) -> bytes:
+    """FFmpeg's AAC encoder into a Matroska file (synthetic.audio writes AAC only in MP4 and ADTS)."""
+    out = io.BytesIO()
+    with av.open(out, "w", format="matroska") as box:
+        stream = box.add_stream("aac", rate=rate, layout="mono" if channels == 1 else "stereo")
+        pts = 0
+        for chunk in signal_chunks(samples=samples, sample_rate=rate, channels=channels, seed=samples):
+            frame = av.AudioFrame.from_ndarray(chunk, format="fltp", layout=stream.codec_context.layout)
+            frame.sample_rate, frame.pts = rate, pts
+            pts += chunk.shape[1]
+            box.mux(stream.encode(frame))
+        box.mux(stream.encode(None))
+    return out.getvalue()
+
+
+def test_aac_in_matroska_is_walked_to_the_decoded_count(_no_decoding):
+    """AAC-LC blocks in Matroska: 1024 samples each, trimmed by the first packet's skip (the muxer's CodecDelay)."""
+    wrong = []
+    for rate in (8000, 22050, 44100, 48000):
+        for channels in (1, 2):
+            for length in (1, 7, 1025, rate // 10 + 1, 3 * rate + 17):
+                data = _aac_in_matroska(length, rate, channels)
+                info = probe_audio(data, part="clip.mka")
+                if (info.samples, info.sample_rate) != _decoded(data):
+                    wrong.append((rate, channels, length, _decoded(data), info.samples))
+    assert not wrong, wrong
 
 
 def test_seven_samples_of_aac_in_mp4_are_dropped_as_the_decoder_yields_nothing(_no_decoding):

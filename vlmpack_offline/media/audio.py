@@ -25,9 +25,9 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
                                                                            layout to its last byte (adts_frames)
     aac (LC) in MP4 / M4A     1024 x the index entries FFmpeg's mov        the entries lie inside the file and are
                               demuxer keeps, trimmed (``_trimmed``)        the whole sample table (not fragmented)
-    opus, flac in Matroska /  each block's samples (Opus TOC, FLAC block   the walk reads every Segment and Cluster
-    WebM (one audio track)    size), trimmed by the first packet's skip    child as FFmpeg's matroskadec does
-                              and the blocks' DiscardPadding               (matroska_blocks); else it declines
+    opus, flac, aac (LC) in   each block's samples (Opus TOC, FLAC block   the walk reads every Segment and Cluster
+    Matroska / WebM (one      size, AAC 1024), trimmed by the first        child as FFmpeg's matroskadec does
+    audio track)              packet's skip and the blocks' DiscardPadding (matroska_blocks); else it declines
     everything else (vorbis,  decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
     mp3 untagged, flac        loader's decoder's                           VBRI count is not above it (one frame
     without a count, ...)                                                  of slack)
@@ -191,7 +191,7 @@ def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part
         return _adts_samples(data, stream, rate)
     if codec == "aac" and walked.container == "MP4" and _aac_plain(stream, rate):
         return _mp4_aac_samples(container, stream, len(data), part)
-    if codec in ("opus", "flac") and walked.container == "Matroska":
+    if walked.container == "Matroska" and (codec in ("opus", "flac") or codec == "aac" and _aac_plain(stream, rate)):
         return _matroska_samples(data, container, stream, rate, part)
     if codec == "opus" and walked.ogg_serials == 1 and walked.opus_preskip is not None:
         samples = walked.ogg_granule - walked.opus_preskip  # RFC 7845: the last granule less the pre-skip
@@ -246,7 +246,7 @@ def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
 
 
 def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> int | None:
-    """Opus or FLAC in Matroska / WebM: each block's samples (``audio_headers.matroska_blocks``), the first packet's
+    """Opus, FLAC or AAC-LC in Matroska / WebM: each block's samples (``audio_headers.matroska_blocks``), the first packet's
     skip (FFmpeg's CodecDelay, read off the packet the demuxer hands out) and the blocks' DiscardPadding, trimmed
     as the decoder does (``_trimmed``). Opus decodes at 48 kHz, mono or stereo here (more channels: decoded)."""
     codec, skip = stream.codec_context.codec.canonical_name, 0

@@ -227,7 +227,8 @@ def _element(data: bytes, pos: int, end: int) -> tuple[int, int, int] | None:
 
 def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     """The blocks of the file's one audio track in file order, each with its frame's samples (``codec``: ``opus``
-    from its TOC byte, RFC 6716 3.1; ``flac`` from its frame header's block size) and DiscardPadding. None where
+    from its TOC byte, RFC 6716 3.1; ``flac`` from its frame header's block size; ``aac``, LC, 1024) and
+    DiscardPadding. None where
     the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its parent's end, more or fewer
     than one audio track, laced blocks, a track with ContentEncodings (its bytes are not the codec's), an empty or
     malformed frame."""
@@ -358,6 +359,8 @@ def _block_samples(data: bytes, pos: int, end: int, tracks: tuple[int, frozenset
     frame = pos + width + 3
     if frame >= end or (data[frame - 1] >> 1) & 3:
         return None
+    if codec == "aac":  # AAC-LC: every packet decodes to one frame of 1024 samples
+        return 1024
     return (_opus_samples if codec == "opus" else _flac_block_size)(data, frame, end) or None
 
 
