@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from .text_slots import TextSlots
 from .turn_marks import MarkedTemplate
 
 __all__ = ["SpanError", "ChatRenderer", "has_generation_markers", "assistant_spans", "linear_spans"]
@@ -311,12 +312,15 @@ class ChatRenderer:
         self.has_generation = has_generation_markers(template)
         self.one_render = one_render
         self._marked: MarkedTemplate | None | bool = False  # built on first use; None: the template does not stream
+        self._slots: TextSlots | None = None  # the marked render from one render per shape, where proven (text_slots)
 
     def _marked_template(self) -> MarkedTemplate | None:
         if self._marked is False:
             self._marked = MarkedTemplate.build(self.template, self.special_tokens_map, _PROBES) if self.one_render else None
             if self._marked is not None and not all(self._agrees(probe) for probe in _PROBES):
                 self._marked = None
+            if self._marked is not None:
+                self._slots = TextSlots.build(self._marked, self.template, _PROBES)
         return self._marked  # type: ignore[return-value]
 
     def _agrees(self, probe: Sequence[dict]) -> bool:
@@ -337,12 +341,13 @@ class ChatRenderer:
         marked = self._marked_template()
         if marked is None:
             return [None] * len(conversations)
+        render = marked.render if self._slots is None else self._slots.render
         out: list[tuple[str, list[tuple[int, int]]] | None] = []
         for messages in conversations:
             found = None
             if any(m.get("role") == "assistant" for m in messages):
                 try:
-                    rendered = marked.render(messages)
+                    rendered = render(messages)
                 except Exception:  # noqa: BLE001 - the plain render raises it again, where it is reported
                     rendered = None
                 if rendered is not None:

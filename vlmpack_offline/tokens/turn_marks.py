@@ -247,6 +247,20 @@ class MarkedTemplate:
     def render(self, messages: Sequence[dict]) -> tuple[str, list[int]] | None:
         """The full render and where each message's turn starts in it (``len(render(messages[:k]))`` at index
         k, for k from ``skips`` on; None where a message cannot be placed); raises what Jinja raises."""
+        text = self.render_marked(messages)
+        if text is None:
+            return None
+        parts = text.split(MARK)  # one per iteration, and any the data held: then too many, and None
+        at, found = 0, []
+        for part in parts[:-1]:
+            at += len(part)
+            found.append(at)
+        starts = self.starts(len(messages), found)
+        return None if starts is None else ("".join(parts), starts)
+
+    def render_marked(self, messages: Sequence[dict]) -> str | None:
+        """The render with ``MARK`` at the start of each iteration, or None where the conversation is not served
+        (a role of ``unproven_roles``, a message that is no dict, a ``MARK`` that could stand for a skipped one)."""
         if self.unproven_roles and any(m.get("role") in self.unproven_roles for m in messages):
             return None
         chat = _plain_template_data(list(messages))
@@ -255,15 +269,23 @@ class MarkedTemplate:
         if self.skips_first and "\\ue002" in repr(chat):  # a MARK in the data could stand for the skipped one
             return None
         chat = _alias_reasoning_fields(chat)
-        text = self._compiled.render(messages=chat, tools=None, documents=None, add_generation_prompt=False,
+        return self._compiled.render(messages=chat, tools=None, documents=None, add_generation_prompt=False,
                                      **self._kwargs, **{_MARK_NAME: MARK})  # fmt: skip
-        parts = text.split(MARK)  # one per iteration, and any the data held: then too many, and None
-        skipped = len(messages) - (len(parts) - 1)
+
+    def starts(self, n_messages: int, found: list[int]) -> list[int] | None:
+        """Each message's turn start from the marks ``found`` (text before each, marks out): a skipped first
+        message starts at 0; None where the marks do not match the messages (a ``MARK`` in the data)."""
+        skipped = n_messages - len(found)
         if skipped not in ((0, 1) if self.skips_first else (0,)):
             return None
-        starts = [0] * skipped
-        at = 0
-        for part in parts[:-1]:
-            at += len(part)
-            starts.append(at)
-        return "".join(parts), starts
+        return [0] * skipped + found
+
+
+def template_tree(template: str) -> nodes.Template | None:
+    """``template`` parsed by HF's own chat-template environment, or None where it cannot be."""
+    if _compile_jinja_template is None:
+        return None
+    try:
+        return _compile_jinja_template(template).environment.parse(template)
+    except Exception:  # noqa: BLE001 - a template Jinja cannot parse is proven nothing
+        return None
