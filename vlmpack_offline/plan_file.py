@@ -132,23 +132,24 @@ def jsonl_path(work_dir: str | Path) -> Path:
 
 def write_plan_arrays(work_dir: str | Path, plan: PlanArrays, meta: dict) -> None:
     """Write the arrays, then the meta; both atomically (the meta last marks the plan complete)."""
-    arrays = {
-        "pack_offsets": plan.pack_offsets.astype(np.int64), "token_len": plan.token_len.astype(np.int32),
-        "split": plan.split.astype(np.int8), "group": plan.group.astype(np.int8),
-        "media_tokens": plan.media_tokens.astype(np.int64),
+    arrays = {  # each in its file's dtype; an array already in it is written as it is, not copied
+        "pack_offsets": (plan.pack_offsets, np.int64), "token_len": (plan.token_len, np.int32),
+        "split": (plan.split, np.int8), "group": (plan.group, np.int8), "media_tokens": (plan.media_tokens, np.int64),
     }
     if plan.cost is not None:
-        arrays["cost"] = plan.cost.astype(np.float64)
+        arrays["cost"] = (plan.cost, np.float64)
     if plan.id_bytes is not None:
-        arrays |= {"id_bytes": plan.id_bytes.astype(np.uint8), "id_offsets": plan.id_offsets.astype(np.int64)}
+        arrays |= {"id_bytes": (plan.id_bytes, np.uint8), "id_offsets": (plan.id_offsets, np.int64)}
         ids = "stored"
     else:
-        arrays["sample_index"] = plan.sample_index.astype(np.int64)
+        arrays["sample_index"] = (plan.sample_index, np.int64)
         ids = "manifest"
     with atomic_open(plan_path(work_dir), "wb") as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as zf:
-        for name, array in arrays.items():
+        for name, (array, dtype) in arrays.items():
             with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME), "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+                # write_array streams a contiguous array in 16 MiB pieces: no copy of it when its dtype is right
+                np.lib.format.write_array(member, np.ascontiguousarray(array.astype(dtype, copy=False)),
+                                          allow_pickle=False)
     meta = {**meta, "format": "vlmpack.plan/2", "groups": list(plan.group_names), "ids": ids}
     with atomic_open(plan_meta_path(work_dir), "w") as handle:
         handle.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")

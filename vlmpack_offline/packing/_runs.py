@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._chunked import counting_sort
 from .records import Bins
 
 __all__ = ["sorted_runs", "assemble"]
@@ -13,23 +14,30 @@ def sorted_runs(lengths: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, i
     """Indexes sorted by decreasing length (ties by index), and its runs ``(length, start, count)``.
 
     Samples of equal length are interchangeable for packing, so the planners work
-    per run, not per sample: at most C runs however many samples there are.
+    per run, not per sample: at most C runs however many samples there are. The order is
+    ``np.argsort(-lengths, kind="stable")`` built as a counting sort over lengths ``1..max``
+    (``_chunked.counting_sort``): int32 out, no per-sample temporary.
     """
-    order = np.argsort(-lengths.astype(np.int64), kind="stable").astype(np.int32)
-    ordered = lengths[order]
-    if ordered.size == 0:
-        return order, []
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    counts = np.diff(np.r_[starts, ordered.size])
-    runs = [(int(ordered[s]), int(s), int(c)) for s, c in zip(starts, counts, strict=True)]
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        return np.zeros(0, np.int32), []
+    top = int(lengths.max())
+    key_type = np.uint16 if top < 1 << 16 else np.int64  # uint16 keys sort by radix
+
+    def longest_first(first: int, last: int) -> np.ndarray:
+        return (top - lengths[first:last]).astype(key_type)
+
+    order, counts = counting_sort(lengths.size, top + 1, longest_first)
+    starts = np.cumsum(counts) - counts
+    runs = [(top - int(k), int(starts[k]), int(counts[k])) for k in np.flatnonzero(counts)]
     return order, runs
 
 
 def assemble(order: np.ndarray, bin_of_sorted: np.ndarray, n_bins: int) -> Bins:
-    """Group sorted samples by bin; inside a bin they keep the sorted order (longest first, ties by index)."""
-    by_bin = np.argsort(bin_of_sorted, kind="stable")
-    indexes = order[by_bin].astype(np.int32)
-    sizes = np.bincount(bin_of_sorted, minlength=n_bins)
+    """Group sorted samples by bin; inside a bin they keep the sorted order (longest first, ties by index).
+
+    ``order[np.argsort(bin_of_sorted, kind="stable")]``, as a counting sort by bin (``_chunked.counting_sort``)."""
+    indexes, sizes = counting_sort(order.size, n_bins, lambda a, b: bin_of_sorted[a:b], lambda a, b: order[a:b])
     offsets = np.zeros(n_bins + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     return Bins(indexes=indexes, offsets=offsets)

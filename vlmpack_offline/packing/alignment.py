@@ -67,6 +67,15 @@ class Alignment:
         lengths = np.asarray(lengths, dtype=np.int64)
         return lengths if self.multiple == 1 else round_up(lengths, self.multiple)
 
+    def aligned_int32(self, lengths: np.ndarray) -> np.ndarray:
+        """``aligned`` in int32 (the lengths themselves when they are int32 and m = 1): 4 bytes a sample, not 8.
+        int64 only where an aligned length would not fit an int32."""
+        lengths = np.asarray(lengths)
+        if lengths.size and int(lengths.max()) > np.iinfo(np.int32).max - self.multiple:
+            return self.aligned(lengths)
+        lengths = lengths.astype(np.int32, copy=False)
+        return lengths if self.multiple == 1 else round_up(lengths, np.int32(self.multiple))
+
     def describe(self) -> str:
         """The layout as the config keys that set it, e.g. ``context_parallel_size=2 (multiple 4)``."""
         parts = [f"context_parallel_size={self.context_parallel_size}",

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from ._chunked import CHUNK, pack_chunk_end
 
 __all__ = ["CostModel", "DEFAULT_SIZES", "cost_model_for", "model_sizes", "pack_costs"]
 
@@ -194,21 +195,24 @@ def cost_model_for(cost_config, processor_dir: str | None = None) -> CostModel:
 
 def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, blocks: np.ndarray,
                indexes: np.ndarray, offsets: np.ndarray, *, audio: tuple[np.ndarray, np.ndarray] | None = None,
-               chunk: int = 1 << 22) -> np.ndarray:
+               chunk: int = CHUNK) -> np.ndarray:
     """float64 [P]: the cost of each pack ``indexes[offsets[p]:offsets[p + 1]]`` (per-sample arrays, aligned
-    lengths; ``audio`` the per-sample audio frames and squared windows, None for none), ``chunk`` packs at a
-    time so a billion samples need no billion-entry temporary."""
+    lengths; ``audio`` the per-sample audio frames and squared windows, None for none), whole packs of about
+    ``chunk`` samples at a time, so a billion samples need no billion-entry temporary (each pack's sum is
+    the same whatever the chunk)."""
     n_packs = len(offsets) - 1
     out = np.zeros(n_packs, np.float64)
-    for first in range(0, n_packs, chunk):
-        last = min(first + chunk, n_packs)
+    first = 0
+    while first < n_packs:
+        last = pack_chunk_end(offsets, first, chunk)
         members = indexes[offsets[first] : offsets[last]]
-        if members.size == 0:
-            continue
-        length = lengths[members].astype(np.float64)
-        per_sample = model.token * length + model.attention * length * length
-        per_sample += model.patch * patches[members] + model.patch_attention * blocks[members].astype(np.float64)
-        if audio is not None:
-            per_sample += model.audio_frame * audio[0][members] + model.audio_attention * audio[1][members].astype(np.float64)
-        out[first:last] = np.add.reduceat(per_sample, offsets[first:last] - offsets[first])
+        if members.size:
+            length = lengths[members].astype(np.float64)
+            per_sample = model.token * length + model.attention * length * length
+            per_sample += model.patch * patches[members] + model.patch_attention * blocks[members].astype(np.float64)
+            if audio is not None:
+                per_sample += (model.audio_frame * audio[0][members]
+                               + model.audio_attention * audio[1][members].astype(np.float64))
+            out[first:last] = np.add.reduceat(per_sample, offsets[first:last] - offsets[first])
+        first = last
     return out

@@ -54,9 +54,9 @@ class Bins:
 
 def lower_bound(lengths: np.ndarray, capacity: int) -> int:
     """No packing needs fewer packs: max(ceil(sum / C), number of samples longer than C / 2)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
+    lengths = np.asarray(lengths)
     if lengths.size == 0:
         return 0
-    by_volume = -(-int(lengths.sum()) // capacity)
-    by_halves = int(np.count_nonzero(2 * lengths > capacity))
+    by_volume = -(-int(lengths.sum(dtype=np.int64)) // capacity)  # summed in int64 without an int64 copy
+    by_halves = int(np.count_nonzero(lengths > capacity // 2))  # 2 L > C for integers L, C
     return max(by_volume, by_halves)

@@ -54,6 +54,7 @@ from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
 from ..model_type import resolved_model_type
 from ..packing import PackLimits, lower_bound, pack_samples
+from ..packing._chunked import CHUNK, flatnonzero32
 from ..packing.alignment import round_up
 from ..packing.copies import copies, separate_copies
 from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
@@ -144,33 +145,40 @@ def build_bins(samples: OkSamples, config: Config, uses: np.ndarray | None = Non
         max_samples=packing.max_samples_per_pack,
         max_media_tokens=packing.max_media_tokens_per_pack,
     )
-    lengths = config.alignment.aligned(samples.token_len)
+    lengths = config.alignment.aligned_int32(samples.token_len)
     fits = _packable(lengths, limits.capacity, unfit)
     if packing.group_by == "none":
-        groups = {"mixed": np.flatnonzero(fits).astype(np.int32)}
-    else:
-        codes = np.where(fits, samples.media_code, -1)
-        order = np.argsort(codes, kind="stable").astype(np.int32)  # one pass, not one scan per group
-        counts = np.bincount(samples.media_code[fits], minlength=len(samples.media_names))
-        start = int(np.count_nonzero(~fits))
-        groups = {}
-        for code, name in enumerate(samples.media_names):
-            groups[name] = order[start : start + counts[code]]
-            start += counts[code]
-    uses = fits.astype(np.uint32) if uses is None else uses
+        groups = {"mixed": lambda a, b: fits[a:b]}
+    else:  # a group's members are found when it is packed: one group's indexes at a time, not all
+        codes = samples.media_code
+        groups = {name: (lambda a, b, code=code: fits[a:b] & (codes[a:b] == code))
+                  for code, name in enumerate(samples.media_names)}
     out = {}
-    for name, members in groups.items():
-        items = members[copies(uses[members])]
+    for name, member_mask in groups.items():
+        members = flatnonzero32(fits.size, member_mask)  # ascending: the order a stable sort by group gives
+        repeated = uses is not None and not _each_once(uses, members)
+        items = members[copies(uses[members])] if repeated else members  # once each: copies() is members
+        del members
         if items.size == 0:
             continue
         bins = pack_samples(lengths[items], limits, algorithm=packing.algorithm,
-                            media_tokens=samples.media_tokens[items])
+                            media_tokens=None if limits.unlimited else samples.media_tokens[items])
         indexes, offsets, together = items[bins.indexes], bins.offsets, 0
-        if int(uses[members].max(initial=0)) > 1:  # copies to keep apart
+        del bins, items
+        if repeated and int(uses[indexes].max(initial=0)) > 1:  # copies to keep apart
             media = samples.media_tokens if limits.max_media_tokens is not None else None  # trades keep it equal
             indexes, offsets, together = separate_copies(indexes, offsets, lengths, limits, media)
-        out[name] = (indexes.astype(np.int32), offsets.astype(np.int64), together)
+        out[name] = (indexes.astype(np.int32, copy=False), offsets.astype(np.int64, copy=False), together)
     return out
+
+
+def _each_once(uses: np.ndarray, members: np.ndarray, chunk: int = CHUNK) -> bool:
+    """Every one of ``members`` is used exactly once (no copies to make or keep apart), read a chunk at a time."""
+    for first in range(0, members.size, chunk):
+        part = uses[members[first : first + chunk]]
+        if int(part.min()) != 1 or int(part.max()) != 1:
+            return False
+    return True
 
 
 def mixture_uses(samples: OkSamples, config: Config, scanned: dict[str, dict[str, int]] | None = None, *,

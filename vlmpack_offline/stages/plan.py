@@ -28,6 +28,7 @@ import numpy as np
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
+from ..packing._chunked import CHUNK, pack_chunk_end, pack_sums
 from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..packing.interleave import Mix, StepMix, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
@@ -96,27 +97,43 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
         over = np.concatenate([over, np.asarray(unfit)]).astype(np.int64)
     else:
         over_only = over
-    seen = np.bincount(indexes, minlength=n_ok) if indexes.size else np.zeros(n_ok, np.int64)
-    if len(seen) > n_ok or (over.size and int(over.max()) >= n_ok):
+    if (indexes.size and int(indexes.max()) >= n_ok) or (over.size and int(over.max()) >= n_ok):
         raise PlanError(f"bins name a sample past the manifest's {n_ok} ok samples: rerun `vlmpack bucket`")
-    expected = np.ones(n_ok, np.int64) if uses is None else uses.astype(np.int64)
-    if over.size:
-        if uses is not None and expected[over].any():
-            raise PlanError(f"ok sample #{int(over[expected[over] > 0][0])} is dropped by bucket but planned to be used: "
-                            "rerun `vlmpack bucket`")
-        seen[over] += 1
-        expected[over] = 1
-    if (seen != expected).any():
-        bad = int(np.flatnonzero(seen != expected)[0])
-        raise PlanError(f"ok sample #{bad} is in {int(seen[bad])} packs or drop lists, expected exactly "
-                        f"{int(expected[bad])}: rerun `vlmpack bucket`")
+    if (indexes.size and int(indexes.min()) < 0) or (over.size and int(over.min()) < 0):
+        raise PlanError("bins name a negative sample index: rerun `vlmpack bucket`")
+    if uses is not None and over.size and uses[over].any():
+        raise PlanError(f"ok sample #{int(over[uses[over] > 0][0])} is dropped by bucket but planned to be used: "
+                        "rerun `vlmpack bucket`")
+    seen = _times_seen(indexes, n_ok)
+    seen[over] += 1
+    dropped = np.zeros(0, np.int64) if not over.size else np.sort(over)
+    for first in range(0, n_ok, CHUNK):  # expected: uses (default 1), 1 for a dropped sample
+        last = min(first + CHUNK, n_ok)
+        expected = np.ones(last - first, np.uint32) if uses is None else uses[first:last].astype(np.uint32)
+        expected[dropped[np.searchsorted(dropped, first) : np.searchsorted(dropped, last)] - first] = 1
+        wrong = seen[first:last] != expected
+        if wrong.any():
+            bad = int(np.flatnonzero(wrong)[0])
+            raise PlanError(f"ok sample #{first + bad} is in {int(seen[first + bad])} packs or drop lists, expected "
+                            f"exactly {int(expected[bad])}: rerun `vlmpack bucket`")
+    del seen
     if over_only.size and (lengths[over_only] <= capacity).any():
         bad = int(over_only[lengths[over_only] <= capacity][0])
         raise PlanError(f"ok sample #{bad} is dropped as overlong but fits {capacity}: rerun `vlmpack bucket`")
-    totals = np.add.reduceat(lengths[indexes].astype(np.int64), offsets[:-1]) if indexes.size else np.zeros(0)
+    totals = pack_sums(lengths, indexes, offsets)
     if (totals > capacity).any():
         p = int(np.flatnonzero(totals > capacity)[0])
         raise PlanError(f"pack {p} holds {int(totals[p])} tokens > sample.max_token_len {capacity}: rerun bucket")
+
+
+def _times_seen(indexes: np.ndarray, n_ok: int) -> np.ndarray:
+    """uint32 [n_ok]: how many times each sample is in ``indexes`` (``np.bincount`` in 4 bytes a sample, not its 8
+    plus an int64 copy of the input), counted a chunk at a time."""
+    seen = np.zeros(n_ok, np.uint32)
+    for first in range(0, indexes.size, CHUNK):
+        present, times = np.unique(indexes[first : first + CHUNK], return_counts=True)
+        seen[present] += times.astype(np.uint32)
+    return seen
 
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
@@ -125,22 +142,31 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
     """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``), and the schedule.
 
     ``costs``: per bins pack (``packing.cost.pack_costs``); ``mix``: per bins pack, per source (a mixture)."""
-    sizes = np.diff(offsets)
-    pack_media = np.add.reduceat(media_tokens[indexes].astype(np.int64), offsets[:-1]) if indexes.size \
-        else np.zeros(0, np.int64)
+    pack_media = pack_sums(media_tokens, indexes, offsets)
     train, val, schedule = order_packs(costs, config, mix)
-    order = np.concatenate([train, val]).astype(np.int64)
-    new_sizes = sizes[order]
+    order, n_train = np.concatenate([train, val]).astype(np.int64), len(train)
+    del train, val
+    sizes = np.diff(offsets)[order]
     new_offsets = np.zeros(len(order) + 1, np.int64)
-    np.cumsum(new_sizes, out=new_offsets[1:])
-    # position in ``indexes`` of each member, packs in the new order
-    within = np.arange(int(new_offsets[-1]), dtype=np.int64) - np.repeat(new_offsets[:-1], new_sizes)
-    members = indexes[np.repeat(offsets[order], new_sizes) + within]
-    del within
+    np.cumsum(sizes, out=new_offsets[1:])
+    del sizes
+    sample_index = np.empty(int(new_offsets[-1]), np.int64)
+    token_len = np.empty(sample_index.size, lengths.dtype)
+    first = 0
+    while first < len(order):  # the members of the packs in the new order, whole packs at a time
+        last = pack_chunk_end(new_offsets, first)
+        lo, hi = int(new_offsets[first]), int(new_offsets[last])
+        packs = order[first:last]
+        starts, counts = offsets[packs], offsets[packs + 1] - offsets[packs]
+        within = np.arange(hi - lo, dtype=np.int64) - np.repeat(new_offsets[first:last] - lo, counts)
+        members = indexes[np.repeat(starts, counts) + within]
+        sample_index[lo:hi] = members
+        token_len[lo:hi] = lengths[members]
+        first = last
     split = np.zeros(len(order), np.int8)
-    split[len(train):] = 1
+    split[n_train:] = 1
     return PlanArrays(
-        pack_offsets=new_offsets, sample_index=members.astype(np.int64), token_len=lengths[members],
+        pack_offsets=new_offsets, sample_index=sample_index, token_len=token_len,
         split=split, group=pack_group[order].astype(np.int8), media_tokens=pack_media[order],
         group_names=group_names, cost=costs[order].astype(np.float64),
     ), schedule
