@@ -164,6 +164,8 @@ def _slots(costs: np.ndarray, d: int, n: int, rng: np.random.Generator) -> tuple
     return slots, np.concatenate([np.flatnonzero(~keep), skipped, tail]).astype(np.int64)
 
 
+_WINDOW = 1 << 16  # entries of the walk's spread held as Python floats at a time
+
 _MIX_BLOCK = 8  # slots of near-equal cost whose packs are dealt across classes (_mix_slots)
 
 
@@ -201,21 +203,27 @@ def _walk(costs: np.ndarray, order: np.ndarray, d: int, n: int,
     sums = np.concatenate([[0.0], np.cumsum(sorted_costs)])
     windows = len(order) - d + 1
     means = (sums[d : d + windows] - sums[:windows]) / d
-    spread = np.divide(sorted_costs[d - 1 : d - 1 + windows], means, out=np.ones(windows), where=means > 0).tolist()
-    starts, skipped, i = [], [], 0  # a list: scalar reads are ~10x faster than from an array
-    while len(starts) < n:
+    spread = np.divide(sorted_costs[d - 1 : d - 1 + windows], means, out=np.ones(windows), where=means > 0)
+    del sorted_costs, sums, means
+    starts = np.empty(n, np.int64)
+    skipped, i, made = [], 0, 0
+    near, base = [], 0  # spread[base : base + len(near)] as a list: scalar reads ~10x faster than from an array,
+    while made < n:  # and a window of it, not a Python float per pack
         if not budget:  # nothing left to realign with: the rest are consecutive slots
-            starts += range(i, i + d * (n - len(starts)), d)
-            i = starts[-1] + d
+            starts[made:] = np.arange(i, i + d * (n - made), d)
+            i += d * (n - made)
             break
-        if spread[i] > 1 + _TOLERANCE and spread[i + 1] < spread[i]:
+        if i + 1 >= base + len(near):
+            base, near = i, spread[i : i + _WINDOW + 1].tolist()
+        if near[i - base] > 1 + _TOLERANCE and near[i + 1 - base] < near[i - base]:
             skipped.append(i)
             budget -= 1
             i += 1
             continue
-        starts.append(i)
+        starts[made] = i
+        made += 1
         i += d
-    slots = order[np.asarray(starts, np.int64)[:, None] + np.arange(d)]
+    slots = order[starts[:, None] + np.arange(d)]
     return slots, order[np.asarray(skipped, np.int64)], order[i:]
 
 

@@ -197,7 +197,7 @@ def mixture_uses(samples: OkSamples, config: Config, scanned: dict[str, dict[str
                                  "rescan (`vlmpack scan`) or restore the source")
     remap = np.array([code_of[name] for name in samples.source_names] or [0], np.int16)
     source = remap[samples.source_code] if samples.n else np.zeros(0, np.int16)
-    aligned = config.alignment.aligned(samples.token_len)
+    aligned = config.alignment.aligned_int32(samples.token_len)
     over = aligned > config.sample.max_token_len
     fits = _packable(aligned, config.sample.max_token_len, unfit)
     uses, targets = use_counts(source, samples.token_len, fits, rules, by_tokens=config.data.mix_by == "tokens",
@@ -252,7 +252,7 @@ def run(config: Config) -> StageResult:
         stale.unlink(missing_ok=True)
     samples = load_ok_samples(config.work_dir)
     capacity, alignment = config.sample.max_token_len, config.alignment
-    aligned = alignment.aligned(samples.token_len)
+    aligned = alignment.aligned_int32(samples.token_len)
     unfit_rows, unfit = _layout_unfit(config, aligned, samples.n)
     source, uses, mixture = mixture_uses(samples, config, source_counts(config.work_dir), unfit=unfit)
     groups = build_bins(samples, config, uses, unfit=unfit)

@@ -204,9 +204,11 @@ def run(config: Config) -> StageResult:
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
     alignment = config.alignment
-    validate(indexes, offsets, alignment.aligned(lengths), n_ok, capacity, overlong, uses, unfit)
+    aligned = alignment.aligned_int32(lengths)
+    validate(indexes, offsets, aligned, n_ok, capacity, overlong, uses, unfit)
     model = cost_model(config)
-    costs = pack_costs(model, alignment.aligned(lengths), patches, blocks, indexes, offsets, audio=audio)
+    costs = pack_costs(model, aligned, patches, blocks, indexes, offsets, audio=audio)
+    del aligned
     mixture = bins_meta.get("mixture") if config.data.sources else None
     mix = mix_of(mixture, source, lengths, indexes, offsets)
     plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs,
