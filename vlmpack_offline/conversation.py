@@ -265,7 +265,7 @@ def _value(turn: Any) -> str:
 
 def _from_hf_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia) -> list[dict]:
     """HF messages; string content is read for tags when the sample has media (LLaMA-Factory / ms-swift)."""
-    messages = _from_messages(raw, pool, tags if tags.active else None)
+    messages = _from_messages(raw, pool, tags)
     n_media = sum(item["type"] in MEDIA_KINDS for m in messages for item in m["content"])
     if n_media == sum(tags.used.values()):  # all media came from tags (no typed items beside them)
         tags.check_counts()
@@ -273,6 +273,7 @@ def _from_hf_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia) -> list[dic
 
 
 def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list[dict]:
+    """``tags`` reads string content for tags where it is active (asked at the first string content only)."""
     messages = []
     for message in _list(raw):
         if not isinstance(message, dict):
@@ -280,6 +281,8 @@ def _from_messages(raw: Any, pool: _PartPool, tags: _TaggedMedia | None) -> list
         role = _role(message.get("role"))
         content = message.get("content")
         if isinstance(content, str):
+            if tags is not None and not tags.active:
+                tags = None
             if tags is None and "<audio>" in content:
                 raise DropError(Reason.MISSING_MEDIA, "the text has an <audio> tag, but the JSON lists no `audios` and "
                                 "the sample has no audio part (wav, flac, mp3, ogg, opus, m4a)")  # fmt: skip
@@ -334,14 +337,21 @@ class _TaggedMedia:
 
     def __init__(self, data: dict, pool: _PartPool) -> None:
         self.pool = pool
-        self.listed = {kind: _media_list(data, kind) for kind in MEDIA_KINDS}  # None: the JSON lists none
-        self.field = {kind: _media_field(data, kind) for kind in MEDIA_KINDS}  # for messages: `images`, `name`
+        if _LIST_KEYS.isdisjoint(data):  # most samples: no media list, so none to read (no malformed one to refuse)
+            self.listed: dict[str, list | None] = dict.fromkeys(MEDIA_KINDS)
+            self.field = {kind: f"{kind}s" for kind in MEDIA_KINDS}
+        else:
+            self.listed = {kind: _media_list(data, kind) for kind in MEDIA_KINDS}  # None: the JSON lists none
+            self.field = {kind: _media_field(data, kind) for kind in MEDIA_KINDS}  # for messages: `images`, `name`
         self.used = dict.fromkeys(MEDIA_KINDS, 0)
+        self._active: bool | None = None
 
     @property
     def active(self) -> bool:
         """Whether string content is read for tags (a media list, or media parts to take)."""
-        return any(v is not None for v in self.listed.values()) or any(self.pool.of_kind(k) for k in self.used)
+        if self._active is None:
+            self._active = any(v is not None for v in self.listed.values()) or any(self.pool.of_kind(k) for k in self.used)
+        return self._active
 
     def items(self, text: str) -> list[dict]:
         items: list[dict] = []
@@ -371,6 +381,10 @@ class _TaggedMedia:
             if used < available:
                 source = f"`{self.field[kind]}` lists {available}" if names is not None else f"the sample has {available} {kind} parts"
                 raise DropError(Reason.MEDIA_MISMATCH, f"the text has {used} <{kind}> tags but {source}")
+
+
+# every key _media_list, _media_field and _published_media_list read
+_LIST_KEYS = frozenset({*(f"{kind}s" for kind in MEDIA_KINDS), *MEDIA_KINDS, "name", "media_files"})
 
 
 def _media_list(data: dict, kind: str) -> list | None:

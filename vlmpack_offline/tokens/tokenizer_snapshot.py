@@ -71,7 +71,10 @@ class TokenizerSnapshot:
     def __call__(self, text: str | Sequence[str], *, add_special_tokens: bool = True) -> dict[str, list]:
         """``{"input_ids": ...}`` as ``TokenizersBackend.__call__`` gives it for plain text (one list per text)."""
         batch = [text] if isinstance(text, str) else list(text)
-        encodings = self.backend.encode_batch(batch, add_special_tokens=add_special_tokens) if batch else []
+        # encode_batch_fast: encode_batch less the character offsets (the same ids; a sixth less CPU), where the
+        # installed tokenizers has it
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        encodings = encode(batch, add_special_tokens=add_special_tokens) if batch else []
         ids = [encoding.ids for encoding in encodings]
         return {"input_ids": ids[0] if isinstance(text, str) else ids}
 
