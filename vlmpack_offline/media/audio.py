@@ -236,13 +236,16 @@ def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
     first = next(_packets(container, stream, part), None)
     if first is None:
         return None
-    side, skip, total = _skip_samples(first), 0, 0
-    for index, entry in enumerate(entries):
+    discards = []
+    for entry in entries:
         if entry.size <= 0 or entry.pos < 0 or entry.pos + entry.size > size:
             return None
-        kept, skip = _trimmed(_AAC_FRAME, entry.is_discard, side if index == 0 else None, skip)
-        total += kept
-    return total
+        discards.append(entry.is_discard)
+    side, skip, total, index = _skip_samples(first), 0, 0, 0
+    while index < len(discards) and (index == 0 or skip):  # the leading packets a skip still cuts
+        kept, skip = _trimmed(_AAC_FRAME, discards[index], side if index == 0 else None, skip)
+        total, index = total + kept, index + 1
+    return total + _AAC_FRAME * (len(discards) - index - sum(discards[index:]))  # the rest: whole, or dropped
 
 
 def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> int | None:
