@@ -289,7 +289,7 @@ def _trimmed_blocks(blocks: Blocks, first: tuple[int, int] | None, skip: int) ->
         total, index = total + kept, index + 1
     total += sum(samples[index:])
     for at, pad in discards.items():  # with no skip pending, side data (0, pad) only cuts the pad from the end
-        if at >= index and pad <= samples[at]:
+        if at >= index and 0 < pad <= samples[at]:
             total -= pad
     return total
 

@@ -228,15 +228,14 @@ def _element(data: bytes, pos: int, end: int) -> tuple[int, int, int] | None:
 def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     """The blocks of the file's one audio track in file order, each with its frame's samples (``codec``: ``opus``
     from its TOC byte, RFC 6716 3.1; ``flac`` from its frame header's block size; ``aac``, LC, 1024) and
-    DiscardPadding. None where
-    the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its parent's end, more or fewer
-    than one audio track, laced blocks, a track with ContentEncodings (its bytes are not the codec's), an empty or
-    malformed frame."""
+    DiscardPadding. None where the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its
+    parent's end, bytes after the Segment, more or fewer than one audio track, laced blocks, a track with
+    ContentEncodings (its bytes are not the codec's), an empty or malformed frame."""
     top = _element(data, 0, len(data))
     if top is None or top[0] != 0x1A45DFA3:
         return None
     segment = _element(data, top[2], len(data))
-    if segment is None or segment[0] != _EBML_SEGMENT:
+    if segment is None or segment[0] != _EBML_SEGMENT or segment[2] != len(data):
         return None
     blocks = Blocks(samples=[], discards={})
     pos, end, track = segment[1], segment[2], None
@@ -320,7 +319,7 @@ def _cluster_blocks(data: bytes, pos: int, end: int, tracks: tuple[int, frozense
             if got:
                 samples.append(got)
         elif ident == _EBML_BLOCK_GROUP:
-            got, discard, at = None, 0, start
+            got, discard, at = None, None, start
             while at < stop:
                 child = _element(data, at, stop)
                 if child is None or child[0] not in _GROUP_CHILDREN or (child[0] in _NUMBERS and
@@ -338,7 +337,7 @@ def _cluster_blocks(data: bytes, pos: int, end: int, tracks: tuple[int, frozense
                 at = child[2]
             if got is None:
                 return False
-            if got and discard:
+            if got and discard is not None:  # side data even when it rounds to 0: it still resets a pending skip
                 out.discards[len(samples)] = discard
             if got:
                 samples.append(got)
