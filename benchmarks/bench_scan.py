@@ -422,10 +422,11 @@ def module_family(args: argparse.Namespace, family: str, *, walk: bool) -> int:
           f"{100 * walk_s / pass_cpu:.1f}% of the steady state's CPU per pass: it adds "
           f"{100 * walk_s / (pass_cpu - walk_s):.1f}% to the scan without it")
     on, off = [pass_n / s for s in with_walk], [pass_n / s for s in without_walk]
-    print(f"steady state with and without the walk, {args.walk_pairs} alternating passes each, samples per CPU "
-          f"second min / median / max: with {_spread(on)}, without {_spread(off)}; the walk costs "
-          f"{100 * (1 - statistics.median(on) / statistics.median(off)):.1f}% (medians), "
-          f"{100 * (1 - max(on) / max(off)):.1f}% (best passes)")
+    if args.walk_pairs:  # --walk-pairs 0: no passes to compare
+        print(f"steady state with and without the walk, {args.walk_pairs} alternating passes each, samples per CPU "
+              f"second min / median / max: with {_spread(on)}, without {_spread(off)}; the walk costs "
+              f"{100 * (1 - statistics.median(on) / statistics.median(off)):.1f}% (medians), "
+              f"{100 * (1 - max(on) / max(off)):.1f}% (best passes)")
     print(f"speed-up: {ratio:.1f}x end to end, {steady_rate / theirs_rate:.1f}x steady state "
           f"(target >= {args.min_ratio:.0f}x end to end)")
     if mismatches or len(ours) != args.samples:
