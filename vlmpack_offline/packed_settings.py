@@ -56,6 +56,7 @@ from .errors import ConfigError
 from .model_type import resolved_model_type
 from .packing.alignment import Alignment
 from .schedule import Schedule
+from .tario import is_url, url_fs
 
 __all__ = [
     "SETTINGS_NAME",
@@ -161,16 +162,42 @@ def write_packed_settings(out_dir: Path, document: dict) -> None:
     atomic_write_text(Path(out_dir) / _META_DIR / SETTINGS_NAME, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
+def meta_location(packed_dir: str | Path, name: str) -> str:
+    """Where ``.nv-meta/<name>`` of ``packed_dir`` is: a path, or the URL of a bucket-written dataset."""
+    if is_url(str(packed_dir)):
+        return f"{str(packed_dir).rstrip('/')}/{_META_DIR}/{name}"
+    return str(Path(packed_dir) / _META_DIR / name)
+
+
+def _meta_text(packed_dir: str | Path, name: str) -> str | None:
+    """The text of ``.nv-meta/<name>``, None where there is none; a URL is read through fsspec, as the write
+    put it there (``output/object_store.py``) and as energon reads the packs (its Multi-Storage Client)."""
+    location = meta_location(packed_dir, name)
+    if not is_url(location):
+        path = Path(location)
+        return path.read_text() if path.is_file() else None
+    fs, inner = url_fs(location)
+    try:
+        with fs.open(inner, "rb") as handle:
+            return handle.read().decode()
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a store's own errors: one line, not its traceback
+        raise ConfigError(f"{location}: cannot be read ({type(exc).__name__}: {exc}); check the URL, the "
+                          "credentials and the endpoint") from None
+
+
 def read_packed_settings(packed_dir: str | Path) -> dict:
     """The stored document; ``ConfigError`` when the dataset has none (written before settings were recorded)."""
-    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
-    if not path.is_file():
+    path = meta_location(packed_dir, SETTINGS_NAME)
+    text = _meta_text(packed_dir, SETTINGS_NAME)
+    if text is None:
         raise ConfigError(
             f"{path} not found: {packed_dir} was not written by a `vlmpack write` that records its settings; "
             "rerun `vlmpack write` (the shards are rebuilt) or build PackEncoder(config) from the scan's config"
         )
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc}); rerun `vlmpack write`") from None
     if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT or document.get("version") != _VERSION:
@@ -178,25 +205,28 @@ def read_packed_settings(packed_dir: str | Path) -> dict:
     return document
 
 
+def _settings_if_any(packed_dir: str | Path) -> dict | None:
+    return read_packed_settings(packed_dir) if _meta_text(packed_dir, SETTINGS_NAME) is not None else None
+
+
 def written_schedule(packed_dir: str | Path) -> Schedule | None:
     """The balanced schedule of the train split (``schedule.py``); None when it was planned without one."""
-    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
-    return Schedule.from_record(read_packed_settings(packed_dir).get("schedule")) if path.is_file() else None
+    settings = _settings_if_any(packed_dir)
+    return Schedule.from_record(settings.get("schedule")) if settings else None
 
 
 def written_mixture(packed_dir: str | Path) -> dict | None:
     """The mixture the plan drew (sources, rules, realised counts and shares); None without one."""
-    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
-    return read_packed_settings(packed_dir).get("mixture") if path.is_file() else None
+    settings = _settings_if_any(packed_dir)
+    return settings.get("mixture") if settings else None
 
 
 def written_counts(packed_dir: str | Path) -> dict | None:
     """The finished write's counts (packs, samples, shards, bytes; images, videos, audios: the media items of the
     samples it packed from); None where the write did not finish or left no marker."""
-    path = Path(packed_dir) / _META_DIR / WRITE_MARKER
     try:
-        marker = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        marker = json.loads(_meta_text(packed_dir, WRITE_MARKER) or "{}")
+    except json.JSONDecodeError:
         return None
     return marker.get("counts") if marker.get("complete") else None
 
@@ -223,7 +253,7 @@ def config_from_packed_dir(
     ``data``, ...) are taken as given.
     """
     document = read_packed_settings(packed_dir)
-    source = str(Path(packed_dir) / _META_DIR / SETTINGS_NAME)
+    source = meta_location(packed_dir, SETTINGS_NAME)
     raw: dict[str, Any] = {
         name: json.loads(json.dumps(document[name])) for name in (*_CHECKED, *_RESTORED) if name in document
     }
@@ -260,10 +290,9 @@ def check_against_packed_dir(config: Config, packed_dir: str | Path, *, missing_
 
     ``missing_ok``: return quietly when ``packed_dir`` records no settings (output of an older vlmpack).
     """
-    path = Path(packed_dir) / _META_DIR / SETTINGS_NAME
-    if missing_ok and not path.is_file():
+    if missing_ok and _meta_text(packed_dir, SETTINGS_NAME) is None:
         return
-    _check(config, read_packed_settings(packed_dir), str(path))
+    _check(config, read_packed_settings(packed_dir), meta_location(packed_dir, SETTINGS_NAME))
 
 
 _UNSET = object()  # a key one side does not have

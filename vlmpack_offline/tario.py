@@ -357,7 +357,8 @@ def is_url(path: str | Path) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def _fs(url: str):
+def url_fs(url: str):
+    """(fsspec filesystem, path inside it) of a URL: s3fs, gcsfs, the Multi-Storage Client's for msc:// ..."""
     import fsspec  # only for URLs: local paths never import it
 
     return fsspec.core.url_to_fs(url)
@@ -367,7 +368,7 @@ def open_source(path: str | Path) -> BinaryIO:
     """A binary file for ``read_range``: ``open`` for a path, an fsspec file for a URL."""
     if not is_url(path):
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
-    fs, inner = _fs(path)
+    fs, inner = url_fs(path)
     return fs.open(inner, "rb")
 
 
@@ -376,7 +377,7 @@ def source_stat(path: str | Path) -> tuple[int, int]:
     if not is_url(path):
         stat = os.stat(path)
         return stat.st_size, stat.st_mtime_ns
-    fs, inner = _fs(path)
+    fs, inner = url_fs(path)
     try:
         info = fs.info(inner)
     except FileNotFoundError:

@@ -68,6 +68,7 @@ from ..output.energon_meta import (
     written_layout,
 )
 from ..packed_settings import written_mixture, written_schedule
+from ..tario import is_url
 from .batch import PackBatch, PackPosition, ensure_picklable
 from .cooker import CookedPack, cook_packed
 from .encoder import PackEncoder
@@ -108,6 +109,12 @@ class PackIndex:
     @classmethod
     def from_dir(cls, packed_wds_dir: str | Path, split: str) -> PackIndex:
         """Read ``.nv-meta/split.yaml`` and the ``.tar.idx`` of the split's tars."""
+        if is_url(str(packed_wds_dir)):
+            raise ConfigError(
+                f"{packed_wds_dir}: PackDataset / PackSequence read a local folder; read a bucket through energon, "
+                "loader.train_dataset(url, PackTaskEncoder(PackEncoder.from_packed_dir(url)), worker_config) "
+                "(docs/format.md, Writing to object storage), or copy the folder here"
+            )
         root = Path(packed_wds_dir)
         split_yaml = root / META_DIR / "split.yaml"
         if split_yaml.is_file():

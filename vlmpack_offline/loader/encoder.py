@@ -126,12 +126,12 @@ class PackEncoder:
 
     def __init__(self, config: Config, options: EncoderOptions | None = None) -> None:
         if config.data.packed_wds_dir:  # the dataset's recorded settings (.nv-meta/vlmpack.json) must agree
-            check_against_packed_dir(config, config.packed_wds_dir, missing_ok=True)
+            check_against_packed_dir(config, config.data.packed_wds_dir, missing_ok=True)  # a path or a URL
         self.config = config
         self.options = options or EncoderOptions()
         # a packed set whose write recorded no video needs no video reader on the training machine
         packed = config.data.packed_wds_dir
-        rules = load_model_rules(config.model, reads_video=not packed or may_hold(config.packed_wds_dir, "videos"))
+        rules = load_model_rules(config.model, reads_video=not packed or may_hold(packed, "videos"))
         self.pack_processor: ProcessorPack | None = None
         processor_family = not rules.text_only and runs_processor(rules.model_type)
         # the scan's own counter: materialize() for a module family; for a processor family its probe picks the

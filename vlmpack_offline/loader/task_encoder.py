@@ -144,7 +144,7 @@ def train_dataset(packed_wds_dir: str | Path, task_encoder: PackTaskEncoder, wor
     schedule = written_schedule(packed_wds_dir) if follow_plan else None
     defaults = {"batch_size": 1, "shuffle_buffer_size": None, "max_samples_per_sequence": None}
     if schedule is None:
-        if follow_plan and _local(packed_wds_dir) and written_mixture(packed_wds_dir):  # the interleaved order
+        if follow_plan and written_mixture(packed_wds_dir):  # the interleaved order
             defaults |= {"shuffle_over_epochs_multiplier": None, "parallel_shard_iters": 1}
         return get_train_dataset(packed_wds_dir, worker_config=worker_config, task_encoder=task_encoder,
                                  **(defaults | kwargs))

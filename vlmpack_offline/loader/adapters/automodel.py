@@ -74,8 +74,9 @@ class AutomodelAdapter(Adapter):
                 "AutomodelAdapter: Automodel has no context-parallel THD packing for mRoPE models (neat_packing_vlm "
                 f"refuses it; {encoder.rules.model_type} is one): use packing_format='neat', or cp_size=1"
             )
-        if encoder.config.data.packed_wds_dir and (written_counts(encoder.config.packed_wds_dir) or {}).get("audios"):
-            raise ConfigError(_AUDIO.format(what=f"{encoder.config.packed_wds_dir} holds audio"))  # before any step
+        packed = encoder.config.data.packed_wds_dir
+        if packed and (written_counts(packed) or {}).get("audios"):
+            raise ConfigError(_AUDIO.format(what=f"{packed} holds audio"))  # before any step
         self.encoder = encoder
         self.packing_format = packing_format
         self.padding_idx = padding_idx
