@@ -293,16 +293,25 @@ def _cluster_blocks(data: bytes, pos: int, end: int, tracks: tuple[int, frozense
     matroskadec.c reads it (``matroska_blocks``; a number past 8 bytes, or a block of a track the file does not
     declare, is an error there that skips the rest of the cluster). A SimpleBlock with a one- or two-byte size
     is read inline: a minute of 20 ms Opus frames is 3000 of them."""
-    samples = out.samples
+    samples, frames = out.samples, _OPUS_FRAME if codec == "opus" else None
+    mine = 0x80 | tracks[0] if tracks[0] < 0x7F else -1  # the audio track's number as a one-byte vint
     while pos < end:
-        if data[pos] == _EBML_SIMPLE_BLOCK and pos + 2 < end and data[pos + 1] & 0xC0:  # a 1- or 2-byte size
+        if data[pos] == 0xA3 and pos + 2 < end and data[pos + 1] & 0xC0:  # a SimpleBlock, a 1- or 2-byte size
             head = data[pos + 1]
             if head & 0x80:
                 start, value, unknown = pos + 2, head & 0x7F, 0x7F
             else:
                 start, value, unknown = pos + 3, (head & 0x3F) << 8 | data[pos + 2], 0x3FFF
             pos = start + value
-            if value == unknown or pos > end or (got := _block_samples(data, start, pos, tracks, codec)) is None:
+            if value == unknown or pos > end:
+                return False
+            # the common block: the audio track, not laced, an Opus packet of code 0 (one frame, at most 1275
+            # bytes after its TOC byte: what _opus_samples accepts for code 0)
+            if frames and value > 4 and data[start] == mine and not data[start + 3] & 6 and not data[start + 4] & 3 \
+                    and value - 5 <= _OPUS_MAX_BYTES:  # fmt: skip
+                samples.append(frames[data[start + 4] >> 3])
+                continue
+            if (got := _block_samples(data, start, pos, tracks, codec)) is None:
                 return False
             if got:
                 samples.append(got)
