@@ -27,6 +27,25 @@ KEY_ID, SECRET = "vlmpack-test-key", "vlmpack-test-secret"  # moto accepts any p
 @dataclass(frozen=True, slots=True)
 class S3Server:
     endpoint: str  # http://127.0.0.1:PORT
+    server: object  # the ThreadedMotoServer
+
+    def stop(self) -> None:
+        """Stop answering and close the listening socket: a request then fails as at an endpoint that went away
+        (connection refused), not as one that hangs. The buckets stay in this process's memory."""
+        self.server.stop()
+        self.server._server.server_close()
+
+    def stopped(self) -> bool:
+        return self.server._server.socket.fileno() == -1  # stop() leaves the socket open: connects would queue, unanswered
+
+    def restart(self, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+        """The endpoint back, on a new port, with the same buckets (moto's backend lives in this process)."""
+        server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        _forget_cached_filesystems()
+        return S3Server(endpoint=f"http://{host}:{port}", server=server)
 
     def client(self):
         return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=KEY_ID,
@@ -72,7 +91,7 @@ def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     _forget_cached_filesystems()
     try:
-        yield S3Server(endpoint=endpoint)
+        yield S3Server(endpoint=endpoint, server=server)
     finally:
         _forget_cached_filesystems()
         server.stop()

@@ -18,6 +18,7 @@ from _object_store_server import s3_server
 from _packed_fixture import build_inputs
 
 from vlmpack_offline.errors import ConfigError, ShardError, StaleArtifactError
+from vlmpack_offline.output.object_store import ObjectStoreOutput
 from vlmpack_offline.stages import write
 
 BUCKET = "vlmpack-out"
@@ -162,6 +163,52 @@ def test_an_endpoint_gone_mid_write_is_one_line_and_nothing_is_marked_complete(t
     from _object_store_server import _forget_cached_filesystems
 
     _forget_cached_filesystems()
-    with pytest.raises(ShardError, match=f"data.packed_wds_dir '{url}': .* failed .*check the endpoint and the network"):
+    with pytest.raises(ShardError, match=f"data.packed_wds_dir .{url}.: .* failed .*check the endpoint "
+                                         r"\(AWS_ENDPOINT_URL is http://127.0.0.1:9; .*and the network"):
         write.run(inputs.with_config(data={"packed_wds_dir": url}))
     assert json.loads(server.objects(BUCKET)[f"packed/{MARKER}"])["complete"] is False
+
+
+def test_the_first_failed_upload_stops_the_write_and_leaves_no_shard_staged(tmp_path, server, monkeypatch):
+    """The endpoint goes away once two shards are up: the shards in flight fail, no other shard is written or
+    staged, the error says the uploaded ones are kept, and once the endpoint is back the rerun uploads only the
+    missing ones."""
+    inputs = build_inputs(tmp_path, n_shards=2, per_shard=12, pack_size=1, packed_wds={"maxcount": 1},
+                          process={"workers": 2})  # fmt: skip
+    local = tmp_path / "local"
+    write.run(inputs.with_config(data={"packed_wds_dir": str(local)}))
+    shards = sum(1 for name in _local_files(local) if name.endswith(".tar"))
+    server.make_bucket(BUCKET)
+    url = f"s3://{BUCKET}/packed"
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries: one try per request
+    real_upload = ObjectStoreOutput.upload
+    tars_up, tried_after = [], []  # shards whose upload went through; uploads tried once the endpoint was gone
+
+    def upload_then_cut(self, local_file, name):  # the trigger only: every byte goes through the real upload
+        if server.stopped():
+            tried_after.append(name)
+        real_upload(self, local_file, name)
+        if name.endswith(".tar"):
+            tars_up.append(name)
+            if len(tars_up) == 2:
+                server.stop()
+
+    monkeypatch.setattr(ObjectStoreOutput, "upload", upload_then_cut)
+
+    with pytest.raises(ShardError, match=r"uploading s3://.*failed .*AWS_ENDPOINT_URL.*; the \d+ shards already "
+                                         r"uploaded are kept and the rerun uploads only the missing ones") as failed:
+        write.run(inputs.with_config(data={"packed_wds_dir": url}))
+
+    assert f"the {len(tars_up)} shards already uploaded" in str(failed.value)  # a shard in flight may get through
+    shards_tried_after = {name.removesuffix(".idx") for name in tried_after}
+    assert len(shards_tried_after) <= 2  # process.workers: the shards in flight when the endpoint went away
+    staging = inputs.config.work_dir / "write-staging"
+    assert not [p.name for p in staging.rglob("pretrain-*")]  # a failed shard is not left on disk
+    monkeypatch.setattr(ObjectStoreOutput, "upload", real_upload)
+    back = server.restart(monkeypatch)
+    try:
+        resumed = write.run(inputs.with_config(data={"packed_wds_dir": url}))
+        assert resumed.counts["shards_written"] == shards - len(tars_up)
+        assert _under(back.objects(BUCKET), "packed") == _local_files(local)
+    finally:
+        back.server.stop()

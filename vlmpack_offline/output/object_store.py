@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,35 +62,67 @@ class ObjectStoreOutput:
 
     @contextlib.contextmanager
     def _errors(self, doing: str, name: str = "") -> Iterator[None]:
-        """Any failure of the store as one line naming the URL and what to do (never a traceback)."""
+        """Any failure of the store as one line naming the URL and what to do (never a traceback).
+
+        A setup the user must fix (no bucket, no credentials, no MSC profile, a refusal) is a ``ConfigError``
+        (exit 2); an endpoint that does not answer is a ``ShardError`` (exit 1): rerun once it is back.
+        """
         where = f"{self.url}/{name}" if name else self.url
+        head = f"data.packed_wds_dir {self.url!r}: {doing} {where}"
         try:
             yield
         except (ConfigError, ShardError):
             raise
-        except FileNotFoundError as exc:
-            raise ConfigError(
-                f"data.packed_wds_dir {self.url!r}: {doing} {where} failed: the bucket does not exist or is not "
-                f"visible to these credentials ({_first_line(exc)}): create it, or fix the URL"
-            ) from None
-        except PermissionError as exc:
-            raise ConfigError(
-                f"data.packed_wds_dir {self.url!r}: {doing} {where} was refused ({_first_line(exc)}): give these "
-                "credentials read, write, list and delete rights on the prefix (AWS_* variables, ~/.aws, "
-                "an MSC profile)"
-            ) from None
         except Exception as exc:  # noqa: BLE001 - the store's own errors (botocore, aiohttp, MSC) have no common base
-            if _is_missing_credentials(exc):
+            if (profile := _missing_msc_profile(exc)) is not None:
                 raise ConfigError(
-                    f"data.packed_wds_dir {self.url!r}: no credentials for {self.url.split('://')[0]}:// "
+                    f"{head} failed: the Multi-Storage Client has no profile {profile!r} ({_msc_config_said()}): "
+                    f"add a profile named {profile!r} to that file (docs/format.md shows one), or set MSC_CONFIG "
+                    "to the file that has it"
+                ) from None
+            if isinstance(exc, FileNotFoundError) or _named_in_chain(exc, ("NoSuchBucket",)):
+                raise ConfigError(
+                    f"{head} failed: the bucket does not exist or is not visible to these credentials "
+                    f"({_first_line(exc)}): create it, or fix the URL{self._msc_hint('base_path')}"
+                ) from None
+            if isinstance(exc, PermissionError):
+                raise ConfigError(
+                    f"{head} was refused ({_first_line(exc)}): give these credentials read, write, list and delete "
+                    "rights on the prefix (AWS_* variables, ~/.aws, an MSC profile)"
+                ) from None
+            if _named_in_chain(exc, ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError")):
+                raise ConfigError(
+                    f"data.packed_wds_dir {self.url!r}: no credentials for {self.scheme}:// "
                     f"({_first_line(exc)}): set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or a profile in "
                     "~/.aws/credentials; for msc:// the profile's credentials_provider)"
                 ) from None
             raise ShardError(
-                f"data.packed_wds_dir {self.url!r}: {doing} {where} failed ({type(exc).__name__}: "
-                f"{_first_line(exc)}): check the endpoint and the network, then rerun `vlmpack write` "
-                "(uploaded shards are kept, the dataset is not marked complete)"
+                f"{head} failed ({type(exc).__name__}: {_first_line(exc)}): {self._endpoint_hint()}, then rerun "
+                "`vlmpack write` (the dataset is not marked complete)"
             ) from None
+
+    @property
+    def scheme(self) -> str:
+        return self.url.partition("://")[0]
+
+    @property
+    def _profile(self) -> str:
+        return self.url.partition("://")[2].split("/")[0]
+
+    def _msc_hint(self, option: str) -> str:
+        if self.scheme != "msc":
+            return ""
+        return f" (or the {option} of MSC profile {self._profile!r}, {_msc_config_said()})"
+
+    def _endpoint_hint(self) -> str:
+        """Where the endpoint the store did not answer at comes from."""
+        if self.scheme == "s3":
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            said = f"AWS_ENDPOINT_URL is {endpoint}" if endpoint else "AWS_ENDPOINT_URL is not set: AWS itself"
+            return f"check the endpoint ({said}; set it for an S3-compatible store) and the network"
+        if self.scheme == "msc":
+            return f"check the endpoint_url of MSC profile {self._profile!r} ({_msc_config_said()}) and the network"
+        return "check the network"
 
     def _key(self, name: str) -> str:
         return f"{self._fs()[1].rstrip('/')}/{name}"
@@ -152,12 +186,32 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _is_missing_credentials(exc: BaseException) -> bool:
-    """botocore's ``NoCredentialsError`` (s3fs, MSC's S3 provider), found by name: no botocore import here."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError"):
-            return True
+        yield exc
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
+
+
+def _named_in_chain(exc: BaseException, names: tuple[str, ...]) -> bool:
+    """An error of one of these class names in the chain, found by name: no botocore import here
+    (botocore's ``NoCredentialsError``, its error factory's ``NoSuchBucket``, google-auth's credentials error)."""
+    return any(type(link).__name__ in names for link in _chain(exc))
+
+
+_MSC_NO_PROFILE = re.compile(r'Profile "(.*?)" not found in configuration files')  # multistorageclient/config.py
+
+
+def _missing_msc_profile(exc: BaseException) -> str | None:
+    """The profile name when MSC found no such profile (no configuration file, or one without it)."""
+    for link in _chain(exc):
+        if isinstance(link, ValueError) and (match := _MSC_NO_PROFILE.search(str(link))):
+            return match.group(1)
+    return None
+
+
+def _msc_config_said() -> str:
+    config = os.environ.get("MSC_CONFIG")
+    return f"MSC_CONFIG is {config}" + ("" if Path(config).is_file() else ", which does not exist") if config else (
+        "MSC_CONFIG is not set: ~/.msc_config.yaml and MSC's other default places")

@@ -44,19 +44,22 @@ before the marker says complete. Nothing read back from ``packed_wds_dir`` is ex
 Nothing is written outside ``data.packed_wds_dir`` (and, for a URL, its staging folder in ``work_dir``).
 
 A URL ``packed_wds_dir`` (``s3://``, ``gs://``, ``msc://``): the same steps run in a local staging folder
-(``output/object_store.py``); each writer uploads its shard (index first) once whole and deletes it locally,
+(``output/object_store.py``); each writer uploads its shard (index first) once whole and deletes it locally
+(also when the upload fails: the first failure ends the stage, no queued shard starts),
 the marker and ``.nv-meta`` live under the prefix, "written" means listed at the expected sizes, and the
 marker says complete only after one listing shows every shard and ``.nv-meta`` file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from itertools import islice
 from pathlib import Path
 
@@ -79,7 +82,7 @@ from ..output.object_store import ObjectStoreOutput, object_store_output
 from ..output.pack_builder import Materializer, SourceFiles, build_pack, layout_json_bytes
 from ..output.scratch import SCRATCH_DIR, Described, chunk_path, clear_scratch, load_chunk, save_chunk
 from ..output.shard_plan import SHARD_NAME, ShardAssigner, ShardJob
-from ..output.tar_writer import ShardTarWriter, fsync_files, member_bytes_in_tar, shard_is_done
+from ..output.tar_writer import ShardTarWriter, fsync_files, idx_path_for, member_bytes_in_tar, shard_is_done
 from ..packed_format import IDS_PART, JSON_PART, LABELS_RULE, PACK_FORMAT, VLMPACK_JSON_PART, pack_key
 from ..packed_settings import SETTINGS_NAME, WRITE_MARKER, packed_settings, write_packed_settings
 from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_plan_arrays, read_plan_meta
@@ -363,8 +366,14 @@ def _write_shard(
     finally:
         files.close()
     if store is not None:  # the index first: a listing that shows the tar shows a shard whose files are both up
-        store.upload(_out_dir(config) / (job.name + ".idx"), job.name + ".idx")
-        store.upload(_out_dir(config) / job.name, job.name)
+        staged = _out_dir(config) / job.name
+        try:
+            store.upload(idx_path_for(staged), job.name + ".idx")
+            store.upload(staged, job.name)
+        except BaseException:  # the staging folder keeps no failed shard: the rerun writes it again from scratch
+            for path in (staged, idx_path_for(staged)):
+                path.unlink(missing_ok=True)
+            raise
     return job.name, job.n_packs, size
 
 
@@ -401,15 +410,41 @@ def _shard_writers(config: Config, shared: tuple):
     return _ThreadWriters(shared, max(1, config.process.workers))
 
 
+class _Abandoned(Exception):
+    """A queued shard not started because an earlier one failed (never the error the stage reports)."""
+
+
 class _ThreadWriters(ThreadPoolExecutor):
-    """Writing is mostly ``pread``/``write`` system calls that release the GIL: threads suffice here."""
+    """Writing is mostly ``pread``/``write`` system calls that release the GIL: threads suffice here.
+
+    After the first failure no queued shard starts (a thread freed by the failure would otherwise take
+    the next one at once), and leaving the ``with`` drops the queue: only shards already in flight finish.
+    """
 
     def __init__(self, shared: tuple, workers: int) -> None:
         super().__init__(max_workers=workers, thread_name_prefix="vlmpack-write")
         self._shared = shared
+        self._failed = threading.Event()
 
     def submit(self, job):  # type: ignore[override]
-        return super().submit(_write_shard, *self._shared, job)
+        return super().submit(self._write, job)
+
+    @property
+    def failed(self) -> bool:
+        return self._failed.is_set()
+
+    def _write(self, job):
+        if self._failed.is_set():
+            raise _Abandoned
+        try:
+            return _write_shard(*self._shared, job)
+        except BaseException:
+            self._failed.set()
+            raise
+
+    def __exit__(self, *exc) -> bool | None:
+        self.shutdown(wait=True, cancel_futures=exc[0] is not None)
+        return False
 
 
 class _EagerAssigner:
@@ -482,16 +517,31 @@ def _describe_and_write(
     assigner = _EagerAssigner(splits, maxcount=config.packed_wds.maxcount, maxsize=config.packed_wds.maxsize)
     jobs: list[ShardJob] = []
     started = [reserved]  # shards 0 .. started-1 are in the marker
-    with _shard_writers(config, (config, fp, shard_paths)) as writers:
+    kept_before = 0  # shards an earlier run uploaded, kept
+
+    def stop_at_a_failure(writers, futures: list) -> None:
+        """The first failed shard ends the stage (threads): nothing more is submitted, the queue is dropped."""
+        if not getattr(writers, "failed", False):
+            return
+        writers.shutdown(wait=True, cancel_futures=True)  # the queue dropped; the shards in flight end (or fail)
+        done = [f for f in futures if not f.cancelled()]
+        errors = [exc for f in done if (exc := f.exception()) is not None and not isinstance(exc, _Abandoned)]
+        _raise_first(errors[0], store, kept=kept_before + sum(1 for f in done if f.exception() is None))
+
+    with _shard_writers(config, (config, fp, shard_paths)) as writers, \
+            contextlib.closing(_described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK))) as sizes_of:
         futures = []
 
         def submit(ready: list[ShardJob]) -> None:  # runs on this thread only
+            nonlocal kept_before
             for job in ready:
+                stop_at_a_failure(writers, futures)
                 jobs.append(job)
                 done = job.index < recorded and (  # kept only if an earlier run recorded it
                     _uploaded_whole(uploaded or {}, job) if store is not None
                     else shard_is_done(out_dir / job.name, tar_bytes=job.tar_bytes, n_samples=job.n_packs)
                 )
+                kept_before += done
                 if not done:
                     if job.index >= started[0]:
                         started[0] = _reserve_through(job.index + 1)
@@ -499,15 +549,27 @@ def _describe_and_write(
                     futures.append(writers.submit((job, _chunk_ids(plan.n_packs, job))))
 
         position = 0
-        for sizes, refusals in _described_sizes(config, chunks, n_chunks=-(-plan.n_packs // _SIZE_CHUNK)):
+        for sizes, refusals in sizes_of:
             if refusals:  # _check_layout_holds ran first: only a source changed since then gets here
                 _refuse(config, refusals)
             for size in sizes:
                 submit(assigner.add(position, size))
                 position += 1
         submit(assigner.finish())
+        if isinstance(writers, _ThreadWriters):  # a Ray task's error comes with its result, in order
+            wait(futures, return_when=FIRST_EXCEPTION)
+            stop_at_a_failure(writers, futures)
         written = [future.result() for future in futures]
     return jobs, len(written)
+
+
+def _raise_first(exc: BaseException, store: ObjectStoreOutput | None, *, kept: int) -> None:
+    """Re-raise a writer's error; under a URL say whether shards already up are kept for the rerun."""
+    if store is not None and isinstance(exc, ShardError):
+        kept_line = (f"; the {kept} shards already uploaded are kept and the rerun uploads only the missing ones"
+                     if kept else "")
+        raise ShardError(f"{exc}{kept_line}") from None
+    raise exc
 
 
 def _uploaded_whole(listing: dict[str, int], job: ShardJob) -> bool:
