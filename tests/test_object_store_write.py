@@ -212,3 +212,28 @@ def test_the_first_failed_upload_stops_the_write_and_leaves_no_shard_staged(tmp_
         assert _under(back.objects(BUCKET), "packed") == _local_files(local)
     finally:
         back.server.stop()
+
+
+def test_msc_without_its_profile_is_a_config_error_naming_the_profile_and_msc_config(tmp_path, server, monkeypatch):
+    inputs = build_inputs(tmp_path)
+    monkeypatch.setenv("MSC_CONFIG", str(tmp_path / "no-such-msc-config.yaml"))
+    with pytest.raises(ConfigError, match=r"msc://vlmpack-nowhere/packed.*no profile 'vlmpack-nowhere' \(MSC_CONFIG is "
+                                          r".*no-such-msc-config.yaml, which does not exist\)") as no_file:  # fmt: skip
+        write.run(inputs.with_config(data={"packed_wds_dir": "msc://vlmpack-nowhere/packed"}))
+    monkeypatch.setenv("MSC_CONFIG", str(server.msc_config(tmp_path / "msc.yaml", "vlmpack-other", BUCKET)))
+    with pytest.raises(ConfigError, match=r"no profile 'vlmpack-unlisted' \(MSC_CONFIG is .*msc.yaml\): add a profile"):
+        write.run(inputs.with_config(data={"packed_wds_dir": "msc://vlmpack-unlisted/packed"}))
+    assert "endpoint" not in str(no_file.value) and "kept" not in str(no_file.value)
+
+
+def test_msc_profile_naming_a_missing_bucket_is_the_config_error_an_s3_url_gives(tmp_path, server, monkeypatch):
+    inputs = build_inputs(tmp_path)
+    profile = f"vlmpack-nobucket-{tmp_path.name[-8:]}"  # MSC keeps one client per profile name
+    monkeypatch.setenv("MSC_CONFIG", str(server.msc_config(tmp_path / "msc.yaml", profile, "vlmpack-missing")))
+    with pytest.raises(ConfigError, match=f"msc://{profile}/packed.*the bucket does not exist.*: create it, or fix the "
+                                          f"URL \\(or the base_path of MSC profile '{profile}'") as msc:  # fmt: skip
+        write.run(inputs.with_config(data={"packed_wds_dir": f"msc://{profile}/packed"}))
+    with pytest.raises(ConfigError, match="the bucket does not exist") as s3:
+        write.run(inputs.with_config(data={"packed_wds_dir": "s3://vlmpack-missing/packed"}))
+    assert msc.value.exit_code == s3.value.exit_code == 2
+    assert "kept" not in str(msc.value)
