@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,3 +238,45 @@ def test_msc_profile_naming_a_missing_bucket_is_the_config_error_an_s3_url_gives
         write.run(inputs.with_config(data={"packed_wds_dir": "s3://vlmpack-missing/packed"}))
     assert msc.value.exit_code == s3.value.exit_code == 2
     assert "kept" not in str(msc.value)
+
+
+@pytest.mark.parametrize(("wds_dir", "packed", "how"), [
+    ("s3://vlmpack-out/in", "s3://vlmpack-out/in/packed", "is inside"),
+    ("s3://vlmpack-out//in/*.tar", "s3://vlmpack-out/in/packed/", "is inside"),  # a glob: its fixed part
+    ("s3://vlmpack-out/in/", "s3a://vlmpack-out/in", "is the same prefix as"),
+    ("s3://vlmpack-out/runs/in", "s3://vlmpack-out/runs", "contains"),
+    ("msc://team/in", "msc://team/in/packed", "is inside"),
+])  # fmt: skip
+def test_a_bucket_output_overlapping_a_bucket_input_is_refused_untouched(tmp_path, server, wds_dir, packed, how):
+    inputs = build_inputs(tmp_path)
+    server.make_bucket(BUCKET)
+    server.client().put_object(Bucket=BUCKET, Key="in/part-000.tar", Body=inputs.source_tars[0].read_bytes())
+    before = server.objects(BUCKET)
+    said = re.escape(f"data.packed_wds_dir '{packed}' {how} data.wds_dir entry '{wds_dir}'")
+    with pytest.raises(ConfigError, match=f"{said}.*point them at separate prefixes"):
+        write.run(inputs.with_config(data={"wds_dir": wds_dir, "packed_wds_dir": packed}))
+    assert server.objects(BUCKET) == before
+
+
+@pytest.mark.parametrize(("wds_dir", "packed"), [
+    ("s3://vlmpack-out/in", "s3://vlmpack-out/input"),  # a longer name is not a prefix of the folder
+    ("s3://vlmpack-out/in", "s3://other-bucket/in/packed"),
+    ("s3://vlmpack-out/in", "gs://vlmpack-out/in/packed"),
+    ("msc://team/in", "s3://team/in/packed"),  # a profile is not resolved to its bucket
+])  # fmt: skip
+def test_separate_bucket_prefixes_pass_the_layout_check(tmp_path, wds_dir, packed):
+    from vlmpack_offline.output.layout import check_folder_layout
+
+    inputs = build_inputs(tmp_path)
+    check_folder_layout(inputs.with_config(data={"wds_dir": wds_dir, "packed_wds_dir": packed}))
+
+
+@pytest.mark.parametrize("packed", ["s3://vlmpack-out", "s3://vlmpack-out/", "s3://vlmpack-out//", "msc://packed"])
+def test_a_bucket_root_is_refused_by_the_config_naming_the_key_and_the_fix(tmp_path, server, packed):
+    inputs = build_inputs(tmp_path)
+    server.make_bucket(BUCKET)
+    bucket = packed.split("://")[1].strip("/")
+    with pytest.raises(ConfigError, match=f"data.packed_wds_dir = '{packed}' names a bucket root: write it as "
+                                          f"{packed.split('://')[0]}://{bucket}/PREFIX"):  # fmt: skip
+        write.run(inputs.with_config(data={"packed_wds_dir": packed}))
+    assert server.objects(BUCKET) == {}

@@ -569,6 +569,16 @@ def _check_outputs(config: Config) -> None:
             f"{config.source}: data.packed_wds_dir = {packed!r}: write a local folder as a path "
             f"({packed.removeprefix('file://')!r}), not a file:// URL"
         )
+    if isinstance(packed, str) and "://" in packed:
+        scheme, _, rest = packed.partition("://")
+        bucket, _, prefix = rest.strip("/").partition("/")
+        if not prefix.strip("/"):  # the whole bucket would be vlmpack's: listed every run, our names refused there
+            root = "PROFILE" if scheme == "msc" else "BUCKET"
+            raise ConfigError(
+                f"{config.source}: data.packed_wds_dir = {packed!r} names {'no bucket' if not bucket else 'a bucket root'}:"
+                f" write it as {scheme}://{bucket or root}/PREFIX (a prefix of its own, e.g. "
+                f"{scheme}://{bucket or root}/packed/v1; vlmpack lists and rewrites what is under it)"
+            )
 
 
 def _check_sources(config: Config) -> None:

@@ -17,7 +17,12 @@ Refused, with the two settings named:
 A ``wds_dir`` entry is a folder, a ``.tar`` file, or a glob; for a glob the folder before its
 first wildcard counts (``/data/*/train-*.tar`` -> ``/data``). Paths are compared after
 ``resolve()``, so symlinks and ``..`` do not hide an overlap. A ``file://`` entry is its local
-path; other URLs (``s3://``, ``gs://``) cannot overlap the local output folders.
+path; other URLs (``s3://``, ``gs://``, ``msc://``) cannot overlap the local output folders, but a URL
+``packed_wds_dir`` equal to, inside or containing a URL ``wds_dir`` entry is refused as for folders:
+same scheme (``s3a`` is ``s3``, ``gcs`` is ``gs``) and bucket, one prefix under the other, compared
+by their ``/``-separated names with empty ones dropped (``s3://team//in/`` is ``s3://team/in``).
+An ``msc://`` profile is compared by its name as given: which bucket it maps to is the MSC
+configuration's business, read only when the store is opened.
 """
 
 from __future__ import annotations
@@ -43,6 +48,31 @@ def _root_of(entry: str) -> Path | None:
         fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))]]
         return Path(*fixed) if fixed else Path(".")
     return Path(entry)
+
+
+_SAME_STORE = {"s3a": "s3", "gcs": "gs"}  # fsspec's other names for one protocol (s3fs, gcsfs)
+
+
+def _url_parts(entry: str) -> tuple[str, ...] | None:
+    """A store URL as (scheme, bucket or MSC profile, prefix names...); for a glob its fixed part; None for a path."""
+    if not is_url(entry) or entry.startswith("file://"):
+        return None
+    scheme, _, rest = entry.partition("://")
+    names = [name for name in rest.split("/") if name and name != "."]
+    if any(glob.has_magic(name) for name in names):
+        names = names[: next(i for i, name in enumerate(names) if glob.has_magic(name))]
+    scheme = scheme.lower()
+    return (_SAME_STORE.get(scheme, scheme), *names)
+
+
+def _url_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> str | None:
+    if a == b:
+        return "is the same prefix as"
+    if a[: len(b)] == b:
+        return "is inside"
+    if b[: len(a)] == a:
+        return "contains"
+    return None
 
 
 def _overlap(a: Path, b: Path) -> str | None:
@@ -76,6 +106,14 @@ def check_folder_layout(config: Config) -> None:
             raise ConfigError(
                 f"{config.source}: data.packed_wds_dir {str(packed)!r} {how} data.work_dir {str(work)!r}; {fix}"
             )
+    if (packed_url := _url_parts(data.packed_wds_dir or "")) is not None:
+        for entry in entries:
+            if entry and (root_url := _url_parts(entry)) is not None and (how := _url_overlap(packed_url, root_url)):
+                raise ConfigError(
+                    f"{config.source}: data.packed_wds_dir {data.packed_wds_dir!r} {how} data.wds_dir entry {entry!r}: "
+                    "a later scan would read the packed tars as input and a rebuild could delete input tars; "
+                    "point them at separate prefixes"
+                )
     if work is not None:
         for entry, root in inputs:
             how = _overlap(work, root)
