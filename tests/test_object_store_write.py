@@ -6,12 +6,14 @@ setup is one line."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from _packed_fixture import build_inputs
 
 from vlmpack_offline.errors import ConfigError, ShardError, StaleArtifactError
 from vlmpack_offline.output.object_store import ObjectStoreOutput
-from vlmpack_offline.stages import write
+from vlmpack_offline.stages import verify, write
 
 BUCKET = "vlmpack-out"
 MARKER = ".nv-meta/vlmpack_write.json"
@@ -280,3 +282,41 @@ def test_a_bucket_root_is_refused_by_the_config_naming_the_key_and_the_fix(tmp_p
                                           f"{packed.split('://')[0]}://{bucket}/PREFIX"):  # fmt: skip
         write.run(inputs.with_config(data={"packed_wds_dir": packed}))
     assert server.objects(BUCKET) == {}
+
+
+def test_verify_reads_the_bucket_and_finds_what_it_finds_in_a_local_folder(tmp_path, server):
+    inputs = build_inputs(tmp_path, packed_wds={"maxcount": 2})
+    local = inputs.with_config(data={"packed_wds_dir": str(tmp_path / "local")})
+    write.run(local)
+    server.make_bucket(BUCKET)
+    url = f"s3://{BUCKET}/packed"
+    config = inputs.with_config(data={"packed_wds_dir": url})
+    write.run(config)
+
+    good = verify.run(config)
+
+    assert good.exit_code == 0 and good.summary[-1] == "all checks passed", good.summary
+    assert good.counts == verify.run(local).counts
+    client = server.client()
+    shard = server.objects(BUCKET, "packed/pretrain-000000.tar")["packed/pretrain-000000.tar"]
+    with tarfile.open(fileobj=io.BytesIO(shard)) as t:
+        media = next(m for m in t.getmembers() if m.name.endswith(".jpg"))
+    flipped = bytearray(shard)
+    flipped[media.offset_data + media.size // 2] ^= 0xFF
+    client.put_object(Bucket=BUCKET, Key="packed/pretrain-000000.tar", Body=bytes(flipped))
+    client.delete_object(Bucket=BUCKET, Key="packed/pretrain-000001.tar")
+
+    bad = verify.run(config)
+
+    assert bad.exit_code == 1
+    assert any(media.name in line and "sha256 differs" in line for line in bad.summary), bad.summary
+    assert "  pretrain-000001.tar: listed in .info.json but missing" in bad.summary
+    assert not (inputs.config.work_dir / "verify-staging").exists()  # the local copy is gone
+
+
+def test_verify_of_a_prefix_never_written_names_the_url(tmp_path, server):
+    inputs = build_inputs(tmp_path)
+    server.make_bucket(BUCKET)
+    result = verify.run(inputs.with_config(data={"packed_wds_dir": f"s3://{BUCKET}/nothing"}))
+    assert result.exit_code == 1
+    assert result.summary == [f"s3://{BUCKET}/nothing/.nv-meta/.info.json: missing (run `vlmpack write`)"]

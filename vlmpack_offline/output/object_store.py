@@ -40,9 +40,10 @@ from ..errors import ConfigError, ShardError
 from ..kill_points import kill_point
 from ..tario import is_url
 
-__all__ = ["ObjectStoreOutput", "STAGING_DIR", "object_store_output", "is_url"]
+__all__ = ["ObjectStoreOutput", "STAGING_DIR", "VERIFY_DIR", "object_store_output", "is_url"]
 
 STAGING_DIR = "write-staging"  # under data.work_dir
+VERIFY_DIR = "verify-staging"  # under data.work_dir: what `vlmpack verify` has downloaded, removed when it ends
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +158,13 @@ class ObjectStoreOutput:
             fs.put_file(str(local), self._key(name))
         local.unlink()
         kill_point("write:upload")
+
+    def download(self, name: str, local: Path) -> None:
+        """Copy the object ``name`` to the local file ``local`` (``vlmpack verify`` reads a copy, one shard at a time)."""
+        fs, _ = self._fs()
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with self._errors("downloading", name):
+            fs.get_file(self._key(name), str(local))
 
     def remove(self, names: list[str]) -> None:
         """Delete these objects under the prefix (those that exist); nothing else."""

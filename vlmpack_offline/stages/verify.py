@@ -19,9 +19,12 @@ the first ones are printed and the exit code is 1.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import io
 import json
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,10 +44,17 @@ from ..output.energon_meta import (
     read_split_parts,
     written_layout,
 )
+from ..output.object_store import VERIFY_DIR, ObjectStoreOutput, object_store_output
 from ..output.pack_builder import SourceFiles, build_pack, layout_json_bytes
 from ..output.tar_writer import idx_path_for
 from ..packed_format import IDS_PART, JSON_PART, VLMPACK_JSON_PART, PackedSample
-from ..packed_settings import SETTINGS_NAME, check_against_packed_dir, written_alignment, written_mixture
+from ..packed_settings import (
+    SETTINGS_NAME,
+    WRITE_MARKER,
+    check_against_packed_dir,
+    written_alignment,
+    written_mixture,
+)
 from ..plan_file import read_plan_arrays
 from ..stage_result import StageResult
 from ..tario import iter_samples, read_range
@@ -180,16 +190,16 @@ def _dataset_yaml_problem(out_dir: Path, sample_type: str) -> str | None:
     return None
 
 
-def _alignment_problem(config: Config) -> str | None:
+def _alignment_problem(config: Config, out_dir: Path) -> str | None:
     """One line when the output was written for another training layout than this config's (every pack
     would be checked against the wrong padded capacity)."""
     try:
-        written = written_alignment(config.packed_wds_dir)
+        written = written_alignment(out_dir)
     except ConfigError:  # no vlmpack.json: check_against_packed_dir reports it
         return None
     if written.multiple == config.alignment.multiple:
         return None
-    return (f"{config.packed_wds_dir} was written for {written.describe()}, but this config asks for "
+    return (f"{out_dir} was written for {written.describe()}, but this config asks for "
             f"{config.alignment.describe()}: verify with the config it was written with, or rerun `vlmpack bucket`, "
             "`plan` and `write` with this one")
 
@@ -201,10 +211,10 @@ def _planned_uses(config: Config, n_ok: int) -> np.ndarray:
     return uses if len(uses) == n_ok else np.ones(n_ok, np.int64)
 
 
-def _mixture_problems(config: Config, seen: Counter[str], packable: list[str]) -> list[str]:
+def _mixture_problems(out_dir: Path, seen: Counter[str], packable: list[str]) -> list[str]:
     """Each source's packed sub-samples, and its samples by uses, against what vlmpack.json says the plan
     realised (``packable``: the ok samples bucket did not drop as overlong)."""
-    mixture = written_mixture(config.packed_wds_dir)
+    mixture = written_mixture(out_dir)
     if not mixture:
         return []
     per_source: Counter[str] = Counter()
@@ -221,18 +231,65 @@ def _mixture_problems(config: Config, seen: Counter[str], packable: list[str]) -
     return problems
 
 
+class _BucketCopy:
+    """A URL ``packed_wds_dir`` read as a local folder: ``.nv-meta`` downloaded first, each shard (``.tar`` and
+    ``.tar.idx``) just before it is checked and deleted after, so local disk holds one shard; an object the
+    prefix's listing lacks is not downloaded and the checks report it missing, as for a local folder."""
+
+    def __init__(self, store: ObjectStoreOutput, local: Path) -> None:
+        self.store, self.local = store, local
+        shutil.rmtree(local, ignore_errors=True)  # ours alone (work_dir/verify-staging/<sha>): a killed run's copy
+        self.listing = store.listing()
+        for name in _META_FILES:
+            self._get(f"{META_DIR}/{name}")
+
+    def _get(self, name: str) -> None:
+        if name in self.listing:
+            self.store.download(name, self.local / name)
+
+    def fetch(self, shard: str) -> None:
+        for name in (shard, shard + ".idx"):
+            self._get(name)
+
+    def drop(self, shard: str) -> None:
+        for name in (shard, shard + ".idx"):
+            (self.local / name).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.local, ignore_errors=True)
+        with contextlib.suppress(OSError):  # someone else's file in there: leave it
+            self.local.parent.rmdir()
+
+
+_META_FILES = ("dataset.yaml", "split.yaml", ".info.json", SETTINGS_NAME, WRITE_MARKER)
+
+
 def run(config: Config) -> StageResult:
-    started = time.perf_counter()
-    out_dir = config.packed_wds_dir
+    """Verify ``packed_wds_dir``; a URL one through a local copy made one shard at a time (``_BucketCopy``)."""
     if not manifest_path(config.work_dir).is_file():
         raise PlanError(f"no manifest in {config.work_dir}: run `vlmpack scan` first")
+    store = object_store_output(config.data.packed_wds_dir, config.work_dir)
+    if store is None:
+        return _verify(config, config.packed_wds_dir)
+    copy = _BucketCopy(store, config.work_dir / VERIFY_DIR / store.staging.name)
+    try:
+        result = _verify(config, copy.local, copy)
+    finally:
+        copy.close()
+    local = str(copy.local)  # name the objects, not the local copy
+    summary = [line.replace(local, store.url) for line in result.summary]
+    return dataclasses.replace(result, summary=summary)
+
+
+def _verify(config: Config, out_dir: Path, copy: _BucketCopy | None = None) -> StageResult:
+    started = time.perf_counter()
     try:
         shard_counts = read_shard_counts(out_dir)
         split_parts = read_split_parts(out_dir)
     except FileNotFoundError as exc:
         problems = [f"{exc.filename}: missing (run `vlmpack write`)"]
         return StageResult(stage="verify", summary=problems, counts={"problems": 1}, exit_code=1)
-    dataset_problem = _dataset_yaml_problem(out_dir, config.sample.sample_type) or _alignment_problem(config)
+    dataset_problem = _dataset_yaml_problem(out_dir, config.sample.sample_type) or _alignment_problem(config, out_dir)
     if dataset_problem:  # every pack would fail on the layout: one line says why
         return StageResult(stage="verify", summary=[dataset_problem], counts={"problems": 1}, exit_code=1)
     split_of = {name: split for split, names in split_parts.items() for name in names}
@@ -241,7 +298,11 @@ def run(config: Config) -> StageResult:
         checker = _Checker(config, manifest, files)
         try:
             for name, count in shard_counts.items():
+                if copy is not None:
+                    copy.fetch(name)
                 checker.shard(out_dir / name, count, split_of.get(name))
+                if copy is not None:
+                    copy.drop(name)
         finally:
             files.close()
         ok_ids = [s.id for s in manifest.iter_samples("ok")]
@@ -263,7 +324,7 @@ def run(config: Config) -> StageResult:
                             + (f" (planned {planned} times)" if planned != 1 else ""))
         elif got != planned:
             problems.append(f"sample {i!r} is in {got} packs, planned {planned}")
-    problems += _mixture_problems(config, checker.seen, [i for i in ok_ids if i not in overlong])
+    problems += _mixture_problems(out_dir, checker.seen, [i for i in ok_ids if i not in overlong])
     problems += [f"sample {i!r} is packed but not ok in the manifest" for i in checker.seen
                  if i not in ok_set and i not in overlong]
     planned = range(read_plan_arrays(config.work_dir).n_packs)  # pack ids are 0..P-1; no ids needed
