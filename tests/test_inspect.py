@@ -43,3 +43,10 @@ def test_inspect_shows_splits_and_a_pack_with_what_each_sub_sample_learns(tmp_pa
     assert "<image m0000.jpg>" in shown.output
     missing = runner.invoke(cli, ["inspect", str(config.packed_wds_dir), "--pack", "999"])
     assert missing.exit_code != 0
+
+
+def test_inspect_of_a_bucket_url_says_it_reads_a_local_folder():
+    result = CliRunner().invoke(cli, ["inspect", "s3://team/packed"])
+    assert result.exit_code == 2
+    assert "'s3://team/packed' is a URL: inspect reads a local packed folder" in result.output
+    assert "does not exist" not in result.output

@@ -7,8 +7,19 @@ import click
 __all__ = ["command"]
 
 
+def _local_folder(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A bucket URL gets a line saying what inspect reads, not click's "Directory does not exist"."""
+    if "://" in value:
+        raise click.BadParameter(
+            f"{value!r} is a URL: inspect reads a local packed folder; copy the prefix down first "
+            f"(e.g. `aws s3 cp --recursive {value} ./packed`, or `vlmpack verify --config C` to check it in place)",
+            ctx, param,
+        )
+    return click.Path(file_okay=False, exists=True).convert(value, param, ctx)
+
+
 @click.command("inspect")
-@click.argument("packed_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("packed_dir", callback=_local_folder)
 @click.option("--pack", "pack_id", type=int, default=None, metavar="N", help="Show the pack with this pack id.")
 @click.option("--render", is_flag=True, help="Also print each sub-sample's chat text, media shown as <image PART>.")
 @click.option("--processor", type=click.Path(file_okay=False), default=None,
