@@ -15,6 +15,9 @@ bucket dropped as ``overlong`` (``bins/overlong.jsonl``), which appear in no pac
 pack is present; ``.nv-meta/vlmpack.json`` records the settings of this config
 (``packed_settings.check_against_packed_dir``). Problems are collected (not raised) so one run lists them all;
 the first ones are printed and the exit code is 1.
+
+A URL ``packed_wds_dir`` (``s3://``, ``gs://``, ``msc://``) gets the same checks on a local copy made one shard
+at a time in ``work_dir/verify-staging/`` (``_BucketCopy``, through ``output/object_store.py``); the lines name the URL.
 """
 
 from __future__ import annotations
