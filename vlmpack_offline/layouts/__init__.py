@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import functools
+
 from ..artifacts import canonical_json
-from .base import Layout, media_of
+from .base import Layout, Shape, media_of, shape_of
 from .chat_mix import ChatMixLayout
 from .multi_mix_qa import MultiMixQaLayout
 from .single_image import CaptioningLayout, VqaLayout
@@ -33,7 +35,15 @@ def layouts_unfit(messages: tuple[dict, ...]) -> str:
     """JSON ``{sample_type: why}`` of every published layout that cannot hold this sample ('' when all can).
 
     The scan records it per sample, so ``bucket`` drops what the configured layout cannot hold
-    (``layout_unfit``) without reading any conversation again, and a new ``sample.sample_type`` needs no rescan."""
-    found = {name: why for name, layout in LAYOUTS.items()
-             if layout.published and (why := layout.refusal(messages)) is not None}
+    (``layout_unfit``) without reading any conversation again, and a new ``sample.sample_type`` needs no rescan.
+    The answer depends on the sample's ``Shape`` alone: worked out once per shape."""
+    return _unfit(shape_of(messages))
+
+
+_PUBLISHED = tuple((name, layout) for name, layout in LAYOUTS.items() if layout.published)
+
+
+@functools.lru_cache(maxsize=4096)  # a scan meets a handful of shapes; a bound for one that meets many
+def _unfit(shape: Shape) -> str:
+    found = {name: why for name, layout in _PUBLISHED if (why := layout.refuses(shape)) is not None}
     return canonical_json(found) if found else ""

@@ -16,10 +16,13 @@ those reasons over the whole plan and refuses before any tar is written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..conversation import MEDIA_KINDS, media_kind_of_part, media_type_of
 from ..packed_format import PackedSample
 
-__all__ = ["Layout", "MEDIA_KINDS", "flat_text", "media_of", "pack_media_type", "sample_kind", "turns_of"]
+__all__ = ["Layout", "MEDIA_KINDS", "Shape", "flat_text", "media_of", "pack_media_type", "sample_kind", "shape_of",
+           "turns_of"]  # fmt: skip
 
 _PLACEHOLDER = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
 _FALLBACK_EXTENSION = {"image": "jpg", "video": "mp4", "audio": "wav"}
@@ -51,6 +54,53 @@ def turns_of(messages: tuple[dict, ...] | list[dict]) -> list[str]:
     return [m["role"] for m in messages]
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the published layouts' refusals look at, read from a sample's messages in one pass.
+
+    A refusal is a function of the shape alone, so ``layouts_unfit`` answers once per distinct shape (a
+    scan meets a handful), not once per sample and layout."""
+
+    roles: tuple[str, ...]  # the turns' roles in order, e.g. ("system", "user", "assistant")
+    kinds: tuple[str, ...]  # the media items' kinds in conversation order, e.g. ("image", "image")
+    common: str | None  # what no published layout can hold (``_common_refusal``), None when nothing
+    prompt: bool  # the first turn holds text that is not blank (a captioning trainer would drop it)
+
+
+def shape_of(messages: tuple[dict, ...] | list[dict]) -> Shape:
+    """The ``Shape`` of canonical messages."""
+    roles, kinds, first_problem = [], [], None
+    for message in messages:
+        role = message["role"]
+        roles.append(role)
+        for item in message["content"]:
+            kind = item["type"]
+            if kind in MEDIA_KINDS:
+                kinds.append(kind)
+                if first_problem is None and role != "user":
+                    first_problem = f"media in {'an' if role[0] in 'aeiou' else 'a'} {role} turn"
+            elif first_problem is None and kind == "text" and _holds_placeholder(item["text"]):
+                first_problem = "a literal <image>, <video> or <audio> in the text"
+    prompt = bool(messages) and any(item["type"] == "text" and item["text"].strip() for item in messages[0]["content"])
+    return Shape(roles=tuple(roles), kinds=tuple(kinds), common=_common_refusal(set(kinds), first_problem),
+                 prompt=prompt)  # fmt: skip
+
+
+def _holds_placeholder(text: str) -> bool:
+    return "<image>" in text or "<video>" in text or "<audio>" in text  # _PLACEHOLDER's values
+
+
+def _common_refusal(kinds: set[str], first_problem: str | None) -> str | None:
+    """What no published layout can hold: audio (its trainer reads images and videos only), both images and
+    videos in one sub-sample (its trainer takes one media kind per pack), then the first of: media outside
+    user turns, a literal ``<image>`` / ``<video>`` in the text (the trainer counts placeholders against media)."""
+    if "audio" in kinds:
+        return "audio (the published layouts hold images and videos only; keep sample.sample_type: vlmpack)"
+    if len(kinds) > 1:
+        return "images and videos in one sample"
+    return first_problem
+
+
 class Layout:
     """One value of ``sample.sample_type``. Subclasses set ``name`` and override what differs."""
 
@@ -66,7 +116,11 @@ class Layout:
 
     def refusal(self, messages: tuple[dict, ...]) -> str | None:
         """Why this layout cannot hold one sub-sample (canonical messages) without loss; None if it can."""
-        return _common_refusal(messages)
+        return self.refuses(shape_of(messages))
+
+    def refuses(self, shape: Shape) -> str | None:
+        """``refusal`` of a sample of this shape."""
+        return shape.common
 
     def pack_json(self, pack: PackedSample) -> dict:
         """The ``json`` part a published layout's trainer reads, built from vlmpack's pack (media already
@@ -79,37 +133,6 @@ class Layout:
         if len(set(kinds)) > 1:
             return "a pack mixing " + " and ".join(sorted(set(kinds))) + " samples (plan with packing.group_by: media_type)"
         return None
-
-
-def _common_refusal(messages: tuple[dict, ...]) -> str | None:
-    """What no published layout can hold: audio (its trainer reads images and videos only), both images and
-    videos in one sub-sample (its trainer takes one media kind per pack), media outside user turns, or a
-    literal ``<image>`` / ``<video>`` in the text
-    (the trainer counts placeholders against media). Each layout asks it of the same sample in turn
-    (``layouts_unfit``): the last answer is kept for that very tuple (held here, so its identity is not reused)."""
-    if _LAST_COMMON[0] is messages:
-        return _LAST_COMMON[1]
-    why = _common_refusal_of(messages)
-    _LAST_COMMON[:] = [messages, why]
-    return why
-
-
-_LAST_COMMON: list = [None, None]  # (messages, its refusal)
-
-
-def _common_refusal_of(messages: tuple[dict, ...]) -> str | None:
-    kinds = {kind for kind, _ in media_of(messages)}
-    if "audio" in kinds:
-        return "audio (the published layouts hold images and videos only; keep sample.sample_type: vlmpack)"
-    if len(kinds) > 1:
-        return "images and videos in one sample"
-    for message in messages:
-        for item in message["content"]:
-            if item["type"] in MEDIA_KINDS and message["role"] != "user":
-                return f"media in {'an' if message['role'][0] in 'aeiou' else 'a'} {message['role']} turn"
-            if item["type"] == "text" and any(tag in item["text"] for tag in _PLACEHOLDER.values()):
-                return "a literal <image>, <video> or <audio> in the text"
-    return None
 
 
 def sample_kind(messages: tuple[dict, ...]) -> str:

@@ -19,7 +19,7 @@ outside user turns, or a literal placeholder in its text.
 from __future__ import annotations
 
 from ..packed_format import PackedSample, pack_key
-from .base import Layout, flat_text, media_of, pack_media_type, turns_of
+from .base import Layout, Shape, flat_text, media_of, pack_media_type
 
 __all__ = ["ChatMixLayout", "meta_of"]
 
@@ -35,11 +35,11 @@ class ChatMixLayout(Layout):
     name = "packed_chat_mix"
     holds = "whole conversations (a leading system prompt, multi-turn) with images or videos in user turns"
 
-    def refusal(self, messages: tuple[dict, ...]) -> str | None:
+    def refuses(self, shape: Shape) -> str | None:
         # the trainer lifts the system message out of the list and puts it first (LoongForge _parse_messages)
-        if "system" in turns_of(messages)[1:]:
+        if "system" in shape.roles[1:]:
             return "a system turn that is not the first (its trainer moves it to the front)"
-        return super().refusal(messages)
+        return super().refuses(shape)
 
     def pack_json(self, pack: PackedSample) -> dict:
         return {

@@ -15,7 +15,7 @@ published writer kept only the first pair and dropped the rest, vlmpack keeps ev
 from __future__ import annotations
 
 from ..packed_format import PackedSample
-from .base import Layout, flat_text, media_of, pack_media_type, turns_of
+from .base import Layout, Shape, flat_text, media_of, pack_media_type
 from .chat_mix import meta_of
 
 __all__ = ["MultiMixQaLayout"]
@@ -29,13 +29,13 @@ class MultiMixQaLayout(Layout):
     name = "packed_multi_mix_qa"
     holds = "user / assistant turns (one or several pairs, no system prompt) with images or videos"
 
-    def refusal(self, messages: tuple[dict, ...]) -> str | None:
-        roles = turns_of(messages)
+    def refuses(self, shape: Shape) -> str | None:
+        roles = shape.roles
         if "system" in roles:
             return "a system prompt (its trainer builds no system turn)"
-        if len(roles) % 2 or roles != ["user", "assistant"] * (len(roles) // 2):
+        if len(roles) % 2 or roles != ("user", "assistant") * (len(roles) // 2):
             return "turns that are not user / assistant pairs"
-        return super().refusal(messages)
+        return super().refuses(shape)
 
     def pack_json(self, pack: PackedSample) -> dict:
         prompts, captions = [], []

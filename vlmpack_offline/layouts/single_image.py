@@ -15,7 +15,7 @@ assistant answer, no system prompt, no video. ``packed_captioning`` trains on th
 from __future__ import annotations
 
 from ..packed_format import PackedSample
-from .base import Layout, flat_text, media_of, turns_of
+from .base import Layout, Shape, flat_text, media_of
 
 __all__ = ["CaptioningLayout", "VqaLayout"]
 
@@ -26,13 +26,12 @@ class _SingleImageLayout(Layout):
     def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str, kind: str) -> str:
         return f"img{sub_index}.jpg"
 
-    def refusal(self, messages: tuple[dict, ...]) -> str | None:
-        if turns_of(messages) != ["user", "assistant"]:
+    def refuses(self, shape: Shape) -> str | None:
+        if shape.roles != ("user", "assistant"):
             return "not one user turn and one answer (system prompt or several turns)"
-        media = media_of(messages)
-        if len(media) != 1 or media[0][0] != "image":
+        if shape.kinds != ("image",):
             return "not exactly one image"
-        return super().refusal(messages)
+        return super().refuses(shape)
 
     def pack_json(self, pack: PackedSample) -> dict:
         return {
@@ -46,10 +45,10 @@ class CaptioningLayout(_SingleImageLayout):
     name = "packed_captioning"
     holds = "one user turn holding one image and no text, and its caption"
 
-    def refusal(self, messages: tuple[dict, ...]) -> str | None:
-        if (why := super().refusal(messages)) is not None:
+    def refuses(self, shape: Shape) -> str | None:
+        if (why := super().refuses(shape)) is not None:
             return why
-        if any(item["type"] == "text" and item["text"].strip() for item in messages[0]["content"]):
+        if shape.prompt:
             return "a prompt (its trainer trains on the caption alone and drops the prompt)"
         return None
 

@@ -7,7 +7,7 @@ videos mixed. Media parts are numbered over the pack (``m0003.jpg``), see ``pack
 from __future__ import annotations
 
 from ..packed_format import media_part_name
-from .base import Layout
+from .base import Layout, Shape
 
 __all__ = ["VlmpackLayout"]
 
@@ -20,7 +20,7 @@ class VlmpackLayout(Layout):
     def media_part(self, *, sub_index: int, index_in_pack: int, index_in_sub: int, source_part: str, kind: str) -> str:
         return media_part_name(index_in_pack, source_part)
 
-    def refusal(self, messages: tuple[dict, ...]) -> str | None:
+    def refuses(self, shape: Shape) -> str | None:
         return None
 
     def pack_refusal(self, kinds: list[str]) -> str | None:
