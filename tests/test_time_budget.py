@@ -27,7 +27,7 @@ import pytest
 from _slow_input import shard_with_one_slow_sample, slow_sample
 
 from vlmpack_offline.config import config_from_dict
-from vlmpack_offline.deadline import TooSlow, limit
+from vlmpack_offline.deadline import TooSlow, handler, limit
 from vlmpack_offline.errors import ConfigError
 from vlmpack_offline.manifest import Manifest, manifest_path
 from vlmpack_offline.stages import scan
@@ -76,6 +76,40 @@ def test_a_rerun_with_a_larger_budget_counts_the_too_slow_samples_again(tmp_path
     assert not result.skipped and done["before"] == rows["before"]
     assert done["slow"][0] == "too_slow" and "(3 s)" in done["slow"][1]  # (it needs minutes; 3 s is still short)
     assert _scan(tmp_path, qwen25_processor_dir, max_seconds_per_sample=3.0)[1].skipped  # and then up to date
+
+
+def test_a_run_of_budgets_holds_the_handler_once_and_gives_the_previous_one_back():
+    """The scan holds the timer's handler once per shard (``handler()``); each sample's budget only arms the timer,
+    still interrupts its sample, and leaves no timer running; the handler installed before comes back as it was."""
+
+    def theirs(signum, frame):  # what the process had installed before the scan
+        pass
+
+    before = signal.signal(signal.SIGALRM, theirs)
+    try:
+        with handler():
+            held = signal.getsignal(signal.SIGALRM)
+            assert held is not theirs
+            with pytest.raises(TooSlow), limit(0.1):
+                _work_that_never_ends()
+            with limit(60):
+                pass
+            assert signal.getsignal(signal.SIGALRM) is held  # the budgets left it to the block
+            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # and no timer runs between them
+        assert signal.getsignal(signal.SIGALRM) is theirs
+        with pytest.raises(TooSlow), limit(0.1):  # a budget outside a block installs and restores it itself
+            _work_that_never_ends()
+        assert signal.getsignal(signal.SIGALRM) is theirs
+    finally:
+        signal.signal(signal.SIGALRM, before)
+
+
+def test_a_budget_inside_a_budget_is_refused_and_the_outer_one_still_fires():
+    with pytest.raises(TooSlow), limit(0.1):
+        with pytest.raises(RuntimeError, match="budgets do not nest"), limit(60):
+            pass
+        _work_that_never_ends()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_a_budget_past_the_timers_range_is_a_config_error():

@@ -8,7 +8,9 @@ JSON parse) and C code when it returns to Python: one C call on a huge input (th
 single multi-megabyte message) runs to its end first. Past the budget the timer keeps firing every
 ``_REPEAT`` seconds until the block ends. It needs the main thread of a POSIX process: the local
 executor's workers and Ray's task workers are; elsewhere (a thread) the budget is not enforced and
-``limit`` says so once.
+``limit`` says so once. A run of budgets (the scan: one per sample of a shard) is entered inside one
+``handler()`` block, which installs the timer's handler once and gives the previous one back at its end;
+each budget then only arms and clears the timer.
 
 Only the work's own code is interrupted. Between any two bytecodes of the work, CPython may run code
 on its own behalf: a garbage-collector callback (``gc.callbacks``: hypothesis installs one), a
@@ -39,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["TooSlow", "limit"]
+__all__ = ["TooSlow", "handler", "limit"]
 
 log = logging.getLogger(__name__)
 _warned = False
@@ -74,10 +76,11 @@ _IOBASE_FINALIZER = _class_attribute(io.IOBase, "__del__")  # in C (_io._IOBase)
 
 
 def _raise(signum, frame) -> None:
-    """Raise ``TooSlow`` into the running code, unless the budget is over or the code runs on CPython's own
-    behalf (``_in_cleanup``); the next tick tries again."""
+    """Raise ``TooSlow`` into the running code, unless the budget is over, the tick lands in the budget's own
+    start or end (``limit``), or the code runs on CPython's own behalf (``_in_cleanup``); the next tick tries
+    again."""
     block = _block
-    if block is None or _in_cleanup(frame, block):
+    if block is None or (frame is not None and frame.f_code in _OWN) or _in_cleanup(frame, block):
         return
     block.raised = TooSlow()
     raise block.raised
@@ -136,32 +139,86 @@ def _code_of(function: object) -> types.CodeType | None:
     return None
 
 
+def _usable() -> bool:
+    """The timer can interrupt here: a POSIX process's main thread (signal handlers run there only)."""
+    return _TIMER and threading.current_thread() is threading.main_thread()
+
+
+_installed = False  # a ``handler()`` block holds the SIGALRM handler: a budget inside it only arms the timer
+
+
 @contextmanager
-def limit(seconds: float | None) -> Iterator[None]:
-    """Run the block under a budget of ``seconds`` (None or <= 0: no budget). Budgets do not nest."""
-    global _warned, _block
-    usable = _TIMER and threading.current_thread() is threading.main_thread()
-    if not seconds or seconds <= 0 or not usable:
-        if seconds and not usable and not _warned:
-            log.warning("process.max_seconds_per_sample is not enforced here (not the main thread of a POSIX "
-                        "process): a sample can take as long as it takes")
-            _warned = True
+def handler() -> Iterator[None]:
+    """Hold the budgets' SIGALRM handler for a run of budgets (the scan: one shard's samples), and give the
+    previous handler back when the block ends.
+
+    A ``limit`` inside then only arms and clears the timer (two system calls, not four: the scan enters one
+    budget per sample); outside one, each ``limit`` installs and restores the handler itself. Between budgets
+    the handler does nothing (no budget is running), so a tick delivered after a budget ended is dropped."""
+    global _installed
+    if _installed or not _usable():
         yield
         return
-    # _signal.signal: signal.signal less its conversion of the handlers to enums, which cost more than the rest
-    # of this block's set-up (the scan enters one per sample); the previous handler goes back as it came
-    previous = _signal.signal(signal.SIGALRM, _raise)
-    # sys._getframe(2): this generator's frame, contextlib's __enter__, then the `with` statement's own
-    _block = _Block(entered=sys._getframe(2), handled=sys.exc_info()[1])
-    signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)  # fires again until cleared: a swallowed one is not the end
+    previous = _signal.signal(signal.SIGALRM, _raise)  # (_signal: see limit.__enter__)
+    _installed = True
     try:
         yield
     finally:
+        _installed = False
+        _signal.signal(signal.SIGALRM, previous)
+
+
+class limit:  # noqa: N801 - read as a function: `with limit(seconds):`
+    """Run the block under a budget of ``seconds`` (None or <= 0: no budget). Budgets do not nest: entering
+    one inside another raises RuntimeError (the inner one would end the outer one's timer).
+
+    A class, not a ``@contextmanager`` generator: the scan enters one per sample, and a generator's set-up
+    cost more than the timer's system calls."""
+
+    __slots__ = ("_seconds", "_restores", "_previous")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds  # None once entered without a budget: nothing to end
+        self._restores = False  # whether this budget installed the handler (no handler() block held it) ...
+        self._previous = None  # ... and the one it gives back
+
+    def __enter__(self) -> None:
+        global _warned, _block
+        seconds = self._seconds
+        usable = _usable()
+        if not seconds or seconds <= 0 or not usable:
+            if seconds and not usable and not _warned:
+                log.warning("process.max_seconds_per_sample is not enforced here (not the main thread of a POSIX "
+                            "process): a sample can take as long as it takes")
+                _warned = True
+            self._seconds = None
+            return
+        if _block is not None:
+            raise RuntimeError("deadline.limit: a budget inside another budget (budgets do not nest); end the "
+                               "outer one first")  # fmt: skip
+        if not _installed:
+            # _signal.signal: signal.signal less its conversion of the handlers to enums, which cost more than the
+            # rest of this set-up; the previous handler goes back as it came
+            self._previous, self._restores = _signal.signal(signal.SIGALRM, _raise), True
+        # sys._getframe(1): the frame of the `with` statement (a tick's walk up the frames stops there)
+        _block = _Block(entered=sys._getframe(1), handled=sys.exc_info()[1])
+        signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)  # fires again until cleared: a swallowed one is not the end
+
+    def __exit__(self, *exc_info) -> None:
+        global _block
+        if self._seconds is None:
+            return
         while True:  # a tick may land in here too: retry until the timer is off (the budget is over)
             try:
                 _block = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
-                _signal.signal(signal.SIGALRM, previous)
+                if self._restores:
+                    _signal.signal(signal.SIGALRM, self._previous)
                 break
             except TooSlow:
                 continue
+
+
+# a tick that lands in a budget's own start or end is not raised there (``_raise``): __exit__ would leave the timer
+# running, __enter__ the block set; the next tick is raised into the block, or finds the budget over
+_OWN = (limit.__enter__.__code__, limit.__exit__.__code__)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..conversation import Conversation, media_kind_of_part, parse_conversation
-from ..deadline import TooSlow, limit
+from ..deadline import TooSlow, handler, limit
 from ..families.media_mix import check_media_kinds
 from ..layouts import layouts_unfit
 from ..manifest import SampleRecord, ShardRecord
@@ -127,11 +127,12 @@ class ShardScanner:
             return ShardOutcome(shard=row, samples=[], seconds=time.perf_counter() - start)
         pending: list[_Pending] = []
         failure = ""
-        try:
-            self._walk(task, pending)
-        except Exception as exc:  # noqa: BLE001 - the shard's failure is a shard-level reason, not the scan's
-            failure = f"reading {task.shard} failed after {len(pending)} samples: {type(exc).__name__}: {exc}"
-        self._count_ready(pending)
+        with handler():  # the budgets' signal handler, once per shard (each sample's budget only arms the timer)
+            try:
+                self._walk(task, pending)
+            except Exception as exc:  # noqa: BLE001 - the shard's failure is a shard-level reason, not the scan's
+                failure = f"reading {task.shard} failed after {len(pending)} samples: {type(exc).__name__}: {exc}"
+            self._count_ready(pending)
         bad = next((p for p in pending if p.status in SHARD_REASONS), None)
         if failure:
             row = dataclasses.replace(row, status=Reason.UNREADABLE_SHARD, error=failure[:1000])
