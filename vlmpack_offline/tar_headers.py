@@ -7,8 +7,10 @@ because each step follows ``tarfile.py`` (CPython 3.11: ``TarFile.next``, ``TarI
 ``_proc_builtin``, ``_proc_gnulong``, ``_proc_sparse``, ``_proc_pax``, ``_apply_pax_info``); what it saves:
 
     tarfile                                          here
-    a read(512) + seek per header                    one read per window of the file (1 MiB; 64 KiB after
-                                                     a jump over a large member, whose data is never read)
+    a read(512) + seek per header                    one read per window of the file, sized by how far apart
+                                                     the headers lie: up to 1 MiB while they follow each other
+                                                     closely, 4 KiB where members' data lies between them
+                                                     (that data is never read: the scan reads what it uses)
     a TarInfo with 20 fields decoded                 a ``Header`` with the 5 fields a reader needs; the other
                                                      number fields checked (they can fail the header), not kept
     two struct sums per header for the checksum      one Adler-32 byte sum; the signed sum only when it fails
@@ -38,8 +40,8 @@ from tarfile import (
 
 __all__ = ["Header", "HeaderReader"]
 
-_WINDOW = 1 << 20  # bytes read at once while headers follow each other closely
-_PROBE = 64 << 10  # bytes read at a header reached by skipping a large member's data
+_WINDOW = 1 << 20  # bytes read at once at most, while headers follow each other closely
+_PROBE = 4 << 10  # bytes read at least: a header reached by skipping members' data, with what small members follow
 _MAX_EXTENSION = 16 << 20  # bytes of one long-name or PAX header's data: more is hostile (names are < 4 KiB)
 _MAX_NESTING = 64  # long-name / PAX headers before one member: more is hostile (tarfile would recurse until it fails)
 
@@ -89,21 +91,27 @@ class Header:
 
 
 class _Window:
-    """Bytes of an open source by position, from one large read at a time (``read(pos, n)`` = read at pos)."""
+    """Bytes of an open source by position, from one large read at a time (``read(pos, n)`` = read at pos).
 
-    __slots__ = ("_handle", "_read", "_data", "_base", "_end")
+    How much one read takes follows where the headers lie: a read that starts past the end of the last one
+    (members' data skipped, never read) takes ``_PROBE`` bytes, as the header and any small members after it
+    need; one that starts inside or at the end of the last one (headers close together: small members) takes
+    twice the last, up to ``_WINDOW``. Image-sized members then cost a 4 KiB read per header, not their data
+    copied twice (here and where the scan reads it); text-sized ones one read per thousands of headers."""
+
+    __slots__ = ("_handle", "_read", "_data", "_base", "_end", "_want")
 
     def __init__(self, handle, read_range) -> None:
         self._handle, self._read = handle, read_range
         self._data, self._base, self._end = b"", 0, 0
+        self._want = _PROBE
 
     def read(self, pos: int, size: int) -> bytes:
         if self._base <= pos and pos + size <= self._end:
             start = pos - self._base
             return self._data[start : start + size]
-        near = self._base <= pos <= self._end + _WINDOW
-        want = max(size, _WINDOW if near else _PROBE)
-        self._data, self._base = self._read(self._handle, pos, want), pos
+        self._want = _PROBE if not self._base <= pos <= self._end else min(2 * self._want, _WINDOW)
+        self._data, self._base = self._read(self._handle, pos, max(size, self._want)), pos
         self._end = pos + len(self._data)
         return self._data[:size]
 
