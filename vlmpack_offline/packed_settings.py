@@ -189,13 +189,22 @@ def _meta_text(packed_dir: str | Path, name: str) -> str | None:
 
 def read_packed_settings(packed_dir: str | Path) -> dict:
     """The stored document; ``ConfigError`` when the dataset has none (written before settings were recorded)."""
-    path = meta_location(packed_dir, SETTINGS_NAME)
+    document = _settings_if_any(packed_dir)
+    if document is None:
+        raise ConfigError(
+            f"{meta_location(packed_dir, SETTINGS_NAME)} not found: {packed_dir} was not written by a `vlmpack write` "
+            "that records its settings; rerun `vlmpack write` (the shards are rebuilt) or build PackEncoder(config) "
+            "from the scan's config"
+        )
+    return document
+
+
+def _settings_if_any(packed_dir: str | Path) -> dict | None:
+    """The stored document, None where there is none; read once (for a URL, one request)."""
     text = _meta_text(packed_dir, SETTINGS_NAME)
     if text is None:
-        raise ConfigError(
-            f"{path} not found: {packed_dir} was not written by a `vlmpack write` that records its settings; "
-            "rerun `vlmpack write` (the shards are rebuilt) or build PackEncoder(config) from the scan's config"
-        )
+        return None
+    path = meta_location(packed_dir, SETTINGS_NAME)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -203,10 +212,6 @@ def read_packed_settings(packed_dir: str | Path) -> dict:
     if not isinstance(document, dict) or document.get("format") != SETTINGS_FORMAT or document.get("version") != _VERSION:
         raise ConfigError(f"{path}: not a {SETTINGS_FORMAT} version {_VERSION} file; rerun `vlmpack write`")
     return document
-
-
-def _settings_if_any(packed_dir: str | Path) -> dict | None:
-    return read_packed_settings(packed_dir) if _meta_text(packed_dir, SETTINGS_NAME) is not None else None
 
 
 def written_schedule(packed_dir: str | Path) -> Schedule | None:
@@ -290,9 +295,9 @@ def check_against_packed_dir(config: Config, packed_dir: str | Path, *, missing_
 
     ``missing_ok``: return quietly when ``packed_dir`` records no settings (output of an older vlmpack).
     """
-    if missing_ok and _meta_text(packed_dir, SETTINGS_NAME) is None:
-        return
-    _check(config, read_packed_settings(packed_dir), meta_location(packed_dir, SETTINGS_NAME))
+    document = _settings_if_any(packed_dir) if missing_ok else read_packed_settings(packed_dir)
+    if document is not None:
+        _check(config, document, meta_location(packed_dir, SETTINGS_NAME))
 
 
 _UNSET = object()  # a key one side does not have
