@@ -9,8 +9,8 @@ worker set up once, one-line errors), on a Ray cluster::
 
 * scan: one task per source shard; write: one task per chunk of packs (describe) and one per
   output shard (``RayTaskPool``, the tar written to ``.tmp`` then renamed, as the local threads do).
-* A worker lost mid-task (node gone, OOM kill) is retried ``MAX_RETRIES`` times by Ray; a task's own
-  error is not retried, it stops the stage with its one line.
+* A worker lost mid-task (node gone, OOM kill) is retried ``MAX_RETRIES`` times by Ray (a node removed
+  mid-stage: ``tests/test_ray_cluster.py``); a task's own error is not retried, it stops the stage with its one line.
 * The setup (``initializer(*initargs)``: the scan's tokenizer) runs once per worker process and
   per distinct ``initargs``: Ray reuses its worker processes across tasks, and with them the loaded counter.
   A cold worker imports the task's module (the scan's: ``stages/_scan_shard.py``) and, at setup, the
@@ -22,7 +22,12 @@ worker set up once, one-line errors), on a Ray cluster::
 Test hooks (environment of the driver, never set in production):
 ``VLMPACK_TEST_RAY_CRASH=<item index>:<marker file>`` makes the first attempt of that task exit
 (``os._exit(1)``, as a killed worker); ``VLMPACK_TEST_RAY_DIE_AFTER=<stage>:<N>`` SIGKILLs the
-driver when it comes back for more after N results of that stage (N shards committed).
+driver when it comes back for more after N results of that stage (N shards committed);
+``VLMPACK_TEST_RAY_HOLD=<stage>:<item index>:<marker file>`` makes the first attempt of that task of
+that stage do its work (a write task: its shard renamed into place), write its Ray node's id to the
+marker and wait to be killed with its node (``tests/test_ray_cluster.py`` removes that node), so a
+node is lost between a task's side effects and its result reaching the driver, at a point the test
+knows; unkilled after ``_HOLD_S`` seconds it exits as a killed worker (a test never hangs on it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import hashlib
 import os
 import pickle
 import signal
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -48,6 +54,8 @@ MAX_RETRIES = 3  # attempts after a lost worker (Ray's own default); a task's ex
 _IN_FLIGHT_PER_CPU = 2
 _CRASH_HOOK = "VLMPACK_TEST_RAY_CRASH"
 _DIE_HOOK = "VLMPACK_TEST_RAY_DIE_AFTER"
+_HOLD_HOOK = "VLMPACK_TEST_RAY_HOLD"
+_HOLD_S = 300.0
 
 # in a worker process: initializer's qualified name -> (initargs digest, its failure or None)
 _STARTED: dict[str, tuple[str, VlmpackError | None]] = {}
@@ -92,20 +100,36 @@ def _set_up(initializer: Callable[..., Any] | None, digest: str, initargs: tuple
         raise failure
 
 
-def _task(fn, initializer, digest, initargs, item, crash_marker, shared=None):
+def _task(fn, initializer, digest, initargs, item, hook, shared=None):
     """One Ray task: (True, fn(item)) or (False, the VlmpackError it raised), so the driver shows one line.
 
-    ``shared`` (an object ref, resolved by Ray): ``fn(*shared, item)`` instead.
+    ``shared`` (an object ref, resolved by Ray): ``fn(*shared, item)`` instead. ``hook``: a test
+    hook's (what, marker file) for this item's first attempt, else None.
     """
-    if crash_marker and not os.path.exists(crash_marker):  # test hook: this attempt dies like a killed worker
-        with open(crash_marker, "w"):
+    first_attempt = hook is not None and not os.path.exists(hook[1])
+    if first_attempt and hook[0] == "crash":  # test hook: this attempt dies like a killed worker
+        with open(hook[1], "w"):
             pass
         os._exit(1)
     try:
         _set_up(initializer, digest, initargs)
-        return True, (fn(item) if shared is None else fn(*shared, item))
+        outcome = True, (fn(item) if shared is None else fn(*shared, item))
     except VlmpackError as exc:
-        return False, exc
+        outcome = False, exc
+    if first_attempt and hook[0] == "hold":
+        _hold(hook[1])
+    return outcome
+
+
+def _hold(marker: str) -> None:
+    """Test hook: say on which node this attempt runs, then wait to be killed with that node."""
+    import ray
+
+    with open(marker + ".tmp", "w") as handle:
+        handle.write(ray.get_runtime_context().get_node_id())
+    os.replace(marker + ".tmp", marker)  # the watcher never reads half an id
+    time.sleep(_HOLD_S)
+    os._exit(1)
 
 
 _REMOTE: dict[str, Any] = {}
@@ -118,12 +142,20 @@ def _remote(ray):
 
 
 # -- driver side ----------------------------------------------------------------------------
-def _crash_target() -> tuple[int, str] | None:
-    value = os.environ.get(_CRASH_HOOK)
-    if not value:
-        return None
-    index, _, marker = value.partition(":")
-    return int(index), marker
+def _hook_for(stage: str, index: int, *, crash_hook: bool = True) -> tuple[str, str] | None:
+    """The test hook that item ``index`` of ``stage`` carries: ("crash" | "hold", marker file), else None
+    (the crash hook only where ``crash_hook``: ``ray_map``'s items, as before the hold hook)."""
+    crash = os.environ.get(_CRASH_HOOK) if crash_hook else None
+    if crash:
+        at, _, marker = crash.partition(":")
+        if int(at) == index:
+            return "crash", marker
+    hold = os.environ.get(_HOLD_HOOK)
+    if hold:
+        name, at, marker = hold.split(":", 2)
+        if name == stage and int(at) == index:
+            return "hold", marker
+    return None
 
 
 def _die_after(stage: str) -> int | None:
@@ -172,15 +204,13 @@ def ray_map(
     task = _remote(ray)
     digest = hashlib.sha256(pickle.dumps(initargs)).hexdigest() if initializer else ""
     args_ref = ray.put(initargs)  # sent once, not per task
-    crash = _crash_target()
     window = max(workers, int(ray.cluster_resources().get("CPU", 1))) * _IN_FLIGHT_PER_CPU
     numbered = enumerate(items)
 
     def submit(n: int):
         out = []
         for index, item in numbered:
-            marker = crash[1] if crash and crash[0] == index else None
-            out.append(task.remote(fn, initializer, digest, args_ref, item, marker))
+            out.append(task.remote(fn, initializer, digest, args_ref, item, _hook_for(stage, index)))
             if len(out) == n:
                 break
         return out
@@ -223,7 +253,8 @@ class RayTaskPool:
         if limit is not None and len(self._submitted) >= limit:  # test hook: die with N tasks finished
             self._ray.wait(self._submitted, num_returns=len(self._submitted))
             _maybe_die(self._stage, len(self._submitted))
-        ref = self._task.remote(self._fn, None, "", (), item, None, self._shared)
+        hook = _hook_for(self._stage, len(self._submitted), crash_hook=False)
+        ref = self._task.remote(self._fn, None, "", (), item, hook, self._shared)
         self._submitted.append(ref)
         return _RayFuture(self._ray, ref, self._stage)
 

@@ -1,0 +1,197 @@
+"""Several Ray nodes on one machine (``ray.cluster_utils.Cluster``), one of them lost in the middle of a
+stage: scan and write end with the artifacts of a one-process run, byte for byte.
+
+The cluster: a head node that runs no task (0 CPUs: it holds the GCS and this test's driver, as a
+cluster's head does) and four worker nodes of one CPU each. ``bucket`` and ``plan`` run on the driver
+whatever the executor (docs/ray.md), so only scan and write are run on the cluster here.
+
+When the node goes is not left to a race with the stage: ``VLMPACK_TEST_RAY_HOLD`` (ray_executor.py)
+makes the first attempt of one task do its work, write its node's id to a marker and wait; a watcher
+thread waits for that marker *and* for other shards to be committed by the driver, then removes that
+node (``Cluster.remove_node(..., allow_graceful=False)``: its raylet and workers SIGKILLed, as a machine
+lost). The held task's result never reaches the driver; Ray retries it on a live node
+(``ray_executor.MAX_RETRIES``), and the stage ends with every shard committed exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.manifest import manifest_path
+from vlmpack_offline.stages import bucket, plan, scan, write
+from vlmpack_offline.synthetic.shards import generate_dataset
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.slow
+
+WORKER_NODES = 4
+N_SHARDS = 8  # source shards: one scan task each, two per worker node
+_STORE = 80 * 1024**2  # each node's object store (Ray's floor is 75 MiB); the results here are kilobytes
+_WATCH_S = 240.0  # the watcher's limit: past it the test fails, it never hangs
+# A lost node is declared dead after health_check_failure_threshold missed checks (Ray's defaults: 5 x 3 s);
+# shortened so a test waits about a second for it, as a cluster's operator may also set it.
+_HEALTH = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 300, "health_check_failure_threshold": 3}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head (no CPU) + four one-CPU worker nodes on 127.0.0.1; this process is the driver, on the head."""
+    sim = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "object_store_memory": _STORE, "include_dashboard": False,
+                        "_system_config": _HEALTH},
+    )  # fmt: skip
+    for _ in range(WORKER_NODES):
+        sim.add_node(num_cpus=1, object_store_memory=_STORE)
+    sim.wait_for_nodes()
+    ray.init(address=sim.address, log_to_driver=False)
+    yield sim
+    ray.shutdown()
+    sim.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, qwen25_processor_dir) -> Path:
+    """The reference: scan, bucket, plan and write in one process (``executor: local``, ``workers: 1``)."""
+    root = tmp_path_factory.mktemp("cluster")
+    generate_dataset(root / "wds", seed=5, n_shards=N_SHARDS, samples_per_shard=4, include_faults=True, video=False)
+    config = _config(root, qwen25_processor_dir, "work", "packed", executor="local")
+    for stage in (scan, bucket, plan, write):
+        stage.run(config)
+    return root
+
+
+def _config(root: Path, processor_dir: Path, work: str, packed: str, **process):
+    return config_from_dict(
+        {
+            "data": {"wds_dir": str(root / "wds"), "work_dir": str(root / work), "packed_wds_dir": str(root / packed)},
+            "sample": {"max_token_len": 1024},  # about a dozen packs
+            "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
+            "packed_wds": {"maxcount": 1},  # one pack per output shard: one write task per pack
+            "scan": {"max_drop_ratio": 1.0},  # the fault samples are drops, on both sides
+            "process": {"workers": 1, **process},
+        },
+        source="test",
+    )
+
+
+@dataclass
+class _Removal:
+    """What the watcher did: the node it removed and how far the stage was at that moment."""
+
+    node_id: str = ""
+    committed_before: int = -1
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _remove_held_node(sim, marker: Path, committed, *, at_least: int) -> _Removal:
+    """Start a thread that, once the held task has written ``marker`` and ``committed()`` reaches
+    ``at_least``, removes the node that task runs on (SIGKILL, no graceful shutdown)."""
+    removal = _Removal()
+
+    def watch() -> None:
+        deadline = time.monotonic() + _WATCH_S
+        try:
+            while not (marker.exists() and committed() >= at_least):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"held task marker {marker.exists()}, committed {committed()} < {at_least}")
+                time.sleep(0.05)
+            removal.committed_before = committed()
+            removal.node_id = marker.read_text()
+            node = next(n for n in sim.worker_nodes if n.node_id == removal.node_id)
+            sim.remove_node(node, allow_graceful=False)
+        except Exception as exc:  # reported by the test, which fails on it
+            removal.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            removal.done.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return removal
+
+
+def _check_removed(sim, removal: _Removal, *, total: int) -> None:
+    """The node went while the stage still had shards to commit, and the cluster knows it is dead;
+    then a fresh node takes its place for the next test."""
+    assert removal.done.wait(_WATCH_S) and not removal.error, removal.error
+    assert 0 < removal.committed_before < total, removal.committed_before
+    alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+    assert alive[removal.node_id] is False
+    sim.add_node(num_cpus=1, object_store_memory=_STORE)
+    sim.wait_for_nodes()
+
+
+def _committed_shards(work_dir: Path):
+    def count() -> int:
+        try:  # read-only, beside the driver's WAL writer; absent or busy reads count as nothing yet
+            with sqlite3.connect(f"file:{manifest_path(work_dir)}?mode=ro", uri=True) as conn:
+                return conn.execute("SELECT count(*) FROM shards").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    return count
+
+
+def _tables(work_dir: Path) -> dict[str, list[tuple]]:
+    """Every table of manifest.sqlite, rows sorted: the file's pages depend on commit order, its content not."""
+    with sqlite3.connect(f"file:{manifest_path(work_dir)}?mode=ro", uri=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {name: sorted(conn.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for name in names}
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def test_scan_on_four_nodes_with_one_lost_mid_scan_equals_the_one_process_scan(
+    cluster, local_run, qwen25_processor_dir, tmp_path, monkeypatch
+):
+    marker = tmp_path / "held"
+    monkeypatch.setenv("VLMPACK_TEST_RAY_HOLD", f"scan:5:{marker}")
+    config = _config(local_run, qwen25_processor_dir, "work_ray", "unused", executor="ray",
+                     ray_address=cluster.address)  # fmt: skip
+    removal = _remove_held_node(cluster, marker, _committed_shards(config.work_dir), at_least=3)
+
+    result = scan.run(config)
+
+    _check_removed(cluster, removal, total=N_SHARDS)
+    assert result.counts["shards_scanned"] == N_SHARDS
+    ours, reference = config.work_dir, local_run / "work"
+    assert (ours / "manifest.jsonl").read_bytes() == (reference / "manifest.jsonl").read_bytes()
+    assert _tables(ours) == _tables(reference)
+
+
+def test_write_on_four_nodes_with_one_lost_mid_write_equals_the_one_process_write(
+    cluster, local_run, qwen25_processor_dir, tmp_path, monkeypatch
+):
+    """The plan of the one-process run, written on the cluster into another folder."""
+    packed = tmp_path / "packed"
+    reference = _hashes(local_run / "packed")
+    n_shards = sum(1 for name in reference if name.endswith(".tar"))
+    assert n_shards >= 6, "too few output shards for a write task to be lost mid-write"
+    marker = tmp_path / "held"
+    monkeypatch.setenv("VLMPACK_TEST_RAY_HOLD", f"write:3:{marker}")
+    config = _config(local_run, qwen25_processor_dir, "work", str(packed), executor="ray",
+                     ray_address=cluster.address)  # fmt: skip
+
+    def tars() -> int:  # the held shard's tar is in place too: its task wrote it before holding
+        return sum(1 for _ in packed.glob("pretrain-*.tar"))
+
+    removal = _remove_held_node(cluster, marker, tars, at_least=3)
+
+    write.run(config)
+
+    _check_removed(cluster, removal, total=n_shards)
+    assert not list(packed.rglob("*.tmp"))
+    assert _hashes(packed) == reference
