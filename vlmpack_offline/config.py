@@ -60,6 +60,7 @@ __all__ = [
 CONFIG_SCHEMA_VERSION = 1
 DEFAULT_SOURCE = "default"  # the one source of a config with data.wds_dir and no data.sources
 MAX_BUDGET = 1e7  # seconds: process.max_seconds_per_sample at most (the interval timer's range; 115 days)
+MIN_PARTITION = 1_000  # packing.partition_samples at least: smaller partitions would each leave part-filled packs
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 log = logging.getLogger(__name__)
@@ -218,6 +219,10 @@ class PackingConfig:
     align_to: int | None = None
     # the compute cost model the balanced plan evens out over ranks (packing/cost.py, docs/balance.md)
     cost: CostConfig = field(default_factory=CostConfig)
+    # bounds bucket's and plan's per-sample memory (about 40 bytes x this): more ok samples than this are packed
+    # in consecutive partitions of this many (manifest order), each on its own, and plan streams its per-sample
+    # arrays through files in work_dir (docs/performance.md); at or below it nothing changes
+    partition_samples: int = 100_000_000
 
 
 @dataclass(**_FROZEN)
@@ -497,6 +502,9 @@ def _check(config: Config) -> None:
         value = getattr(config.packing, name)
         if value is not None and value < 1:
             raise ConfigError(f"{src}: packing.{name} must be >= 1 or null, got {value}")
+    if config.packing.partition_samples < MIN_PARTITION:
+        raise ConfigError(f"{src}: packing.partition_samples must be >= {MIN_PARTITION:,} (smaller partitions each "
+                          f"leave a part-filled pack or two), got {config.packing.partition_samples}")
     if config.sample.sample_type != "vlmpack_packed" and config.packing.group_by != "media_type":
         raise ConfigError(f"{src}: sample.sample_type {config.sample.sample_type} holds one media kind per pack "
                           f"(its media_type), but packing.group_by is {config.packing.group_by!r}: set "

@@ -37,6 +37,7 @@ import numpy as np
 
 from .artifacts import atomic_open, canonical_json
 from .errors import StaleArtifactError
+from .packing._chunked import pack_chunk_end, release
 from .packing.alignment import round_up
 
 __all__ = [
@@ -112,10 +113,19 @@ class PlanArrays:
 
     def aligned_pack_totals(self, multiple: int) -> np.ndarray:
         """Per pack, its sub-samples' lengths each rounded up to ``multiple``: the slots it fills once padded."""
+        out = np.zeros(self.n_packs, np.int64)
         if not self.token_len.size:
-            return np.zeros(self.n_packs, np.int64)
-        lengths = self.token_len.astype(np.int64)
-        return np.add.reduceat(round_up(lengths, multiple), self.pack_offsets[:-1])
+            return out
+        first = 0
+        while first < self.n_packs:  # whole packs of ~CHUNK sub-samples at a time: no int64 copy of token_len
+            last = pack_chunk_end(self.pack_offsets, first)
+            lo, hi = int(self.pack_offsets[first]), int(self.pack_offsets[last])
+            if hi > lo:
+                lengths = round_up(self.token_len[lo:hi].astype(np.int64), multiple)
+                out[first:last] = np.add.reduceat(lengths, self.pack_offsets[first:last] - lo)
+            first = last
+        release(self.token_len)
+        return out
 
 
 def plan_path(work_dir: str | Path) -> Path:
@@ -147,12 +157,24 @@ def write_plan_arrays(work_dir: str | Path, plan: PlanArrays, meta: dict) -> Non
     with atomic_open(plan_path(work_dir), "wb") as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as zf:
         for name, (array, dtype) in arrays.items():
             with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME), "w", force_zip64=True) as member:
-                # write_array streams a contiguous array in 16 MiB pieces: no copy of it when its dtype is right
-                np.lib.format.write_array(member, np.ascontiguousarray(array.astype(dtype, copy=False)),
-                                          allow_pickle=False)
+                _write_npy(member, np.ascontiguousarray(array.astype(dtype, copy=False)))
     meta = {**meta, "format": "vlmpack.plan/2", "groups": list(plan.group_names), "ids": ids}
     with atomic_open(plan_meta_path(work_dir), "w") as handle:
         handle.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _write_npy(member, array: np.ndarray, piece: int = 1 << 24) -> None:
+    """``np.lib.format.write_array(member, array)`` for a 1-D contiguous array, byte for byte (a 1.0 header,
+    as write_array picks for a header this short, then the data), written ``piece`` bytes at a time; a
+    memory-mapped array (``plan.make_plan``'s scratch) has its pages released as they are written
+    (``_chunked.release``), so writing a billion samples' plan adds no billion-sample RSS."""
+    np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(array))
+    step = max(1, piece // max(array.itemsize, 1))
+    for count, first in enumerate(range(0, array.size, step), 1):
+        member.write(array[first : first + step].data)
+        if count % 64 == 0:
+            release(array)
+    release(array)
 
 
 def write_plan(work_dir: str | Path, packs: Iterable[Pack], meta: dict) -> None:

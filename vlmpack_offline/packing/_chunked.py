@@ -8,13 +8,15 @@ docstrings name it), holding only its output plus O(``CHUNK``) (or O(keys)) scra
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["CHUNK", "counting_sort", "flatnonzero32", "pack_sums"]
+__all__ = ["CHUNK", "counting_sort", "flatnonzero32", "pack_sums", "release", "rows"]
 
 CHUNK = 1 << 20  # elements per step: ~30 MB of scratch at most
+RELEASE_EVERY = 64  # chunks gathered from a memory-mapped array between two ``release`` calls (<= 64 Mi pages each)
 
 Slice = Callable[[int, int], np.ndarray]  # (start, stop) -> that slice of a per-element array
 
@@ -58,19 +60,47 @@ def flatnonzero32(n: int, mask_of: Slice, chunk: int = CHUNK) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
+def release(*arrays: np.ndarray) -> None:
+    """Drop the pages of memory-mapped arrays from this process (``madvise(MADV_DONTNEED)``); a no-op for
+    arrays in memory.
+
+    A page of a file mapping counts in the process's RSS once touched, until unmapped: reading a 4 GB
+    ``np.load(mmap_mode="r")`` array through adds 4 GB to the peak RSS however little is kept. For a shared
+    file mapping (numpy's ``memmap``, read-only or written), MADV_DONTNEED only unmaps: the data stays in the
+    file (the page cache), and the next read faults it back in (madvise(2)). So a pass over a mapped array
+    calls this every ``RELEASE_EVERY`` chunks and the peak is bounded by that, not by the file."""
+    for array in arrays:
+        handle = getattr(array, "_mmap", None)  # numpy.memmap and its slices keep their mmap.mmap here
+        if isinstance(handle, mmap.mmap) and not handle.closed:
+            handle.madvise(mmap.MADV_DONTNEED)
+
+
+def rows(array: np.ndarray, first: int, last: int) -> np.ndarray:
+    """``array[first:last]`` held in memory: a view of an in-memory array, a copy of a memory-mapped one (whose
+    pages are then released, ``release``), so a partition's rows cost their own bytes and no more."""
+    if getattr(array, "_mmap", None) is None:
+        return array[first:last]
+    out = np.array(array[first:last])
+    release(array)
+    return out
+
+
 def pack_sums(values: np.ndarray, indexes: np.ndarray, offsets: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
     """int64 [P]: ``np.add.reduceat(values[indexes].astype(np.int64), offsets[:-1])``, the sum of a per-sample
     array over each pack ``indexes[offsets[p]:offsets[p + 1]]`` (0 for an empty pack list), gathered about
     ``chunk`` samples at a time (whole packs per step)."""
     n_packs = len(offsets) - 1
     out = np.zeros(n_packs, np.int64)
-    first = 0
+    first, step = 0, 0
     while first < n_packs:
         last = pack_chunk_end(offsets, first, chunk)
         lo, hi = int(offsets[first]), int(offsets[last])
         if hi > lo:
             out[first:last] = np.add.reduceat(values[indexes[lo:hi]].astype(np.int64), offsets[first:last] - lo)
-        first = last
+        first, step = last, step + 1
+        if step % RELEASE_EVERY == 0:
+            release(values, indexes)
+    release(values, indexes)
     return out
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ._chunked import CHUNK, pack_chunk_end
+from ._chunked import CHUNK, RELEASE_EVERY, pack_chunk_end, release
 
 __all__ = ["CostModel", "DEFAULT_SIZES", "cost_model_for", "model_sizes", "pack_costs"]
 
@@ -202,7 +202,7 @@ def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, block
     the same whatever the chunk)."""
     n_packs = len(offsets) - 1
     out = np.zeros(n_packs, np.float64)
-    first = 0
+    first, step = 0, 0
     while first < n_packs:
         last = pack_chunk_end(offsets, first, chunk)
         members = indexes[offsets[first] : offsets[last]]
@@ -214,5 +214,8 @@ def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, block
                 per_sample += (model.audio_frame * audio[0][members]
                                + model.audio_attention * audio[1][members].astype(np.float64))
             out[first:last] = np.add.reduceat(per_sample, offsets[first:last] - offsets[first])
-        first = last
+        first, step = last, step + 1
+        if step % RELEASE_EVERY == 0:  # memory-mapped columns: their touched pages leave the RSS (_chunked.release)
+            release(lengths, patches, blocks, indexes, *(audio or ()))
+    release(lengths, patches, blocks, indexes, *(audio or ()))
     return out

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
+from ..packing._chunked import rows
 
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
            "MEDIA_TYPES"]
@@ -46,6 +47,18 @@ class OkSamples:
     @property
     def n(self) -> int:
         return len(self.token_len)
+
+    def rows(self, first: int, last: int) -> OkSamples:
+        """The ok samples ``first:last`` (index ``i`` here is ``first + i`` in ``self``) with their columns in
+        memory (``packing._chunked.rows``: a memory-mapped column is read, then its pages released): one
+        partition of a billion samples at a time (``packing.partition_samples``). No ids, no drops."""
+        def cut(column: np.ndarray | None) -> np.ndarray | None:
+            return None if column is None else rows(column, first, last)
+        return OkSamples(token_len=cut(self.token_len), media_tokens=cut(self.media_tokens),
+                         media_code=cut(self.media_code), media_names=self.media_names,
+                         encoder_patches=cut(self.encoder_patches), encoder_attention=cut(self.encoder_attention),
+                         audio_frames=cut(self.audio_frames), audio_attention=cut(self.audio_attention),
+                         source_code=cut(self.source_code), source_names=self.source_names)
 
     def ids_of(self, indexes: np.ndarray) -> list[str]:
         """Sample ids for an array of indexes (vectorized offset arithmetic, one slice per id)."""

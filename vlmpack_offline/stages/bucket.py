@@ -54,7 +54,7 @@ from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
 from ..model_type import resolved_model_type
 from ..packing import PackLimits, lower_bound, pack_samples
-from ..packing._chunked import CHUNK, flatnonzero32
+from ..packing._chunked import CHUNK, flatnonzero32, rows
 from ..packing.alignment import round_up
 from ..packing.copies import copies, separate_copies
 from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
@@ -138,7 +138,48 @@ def build_bins(samples: OkSamples, config: Config, uses: np.ndarray | None = Non
     Samples longer than ``sample.max_token_len`` are in no group (they are the overlong drops), nor are those
     ``unfit`` marks (bool per ok sample: the layout's ``layout_unfit`` drops).
     ``uses``: how many copies of each sample to pack (``packing/mixture.py``; default: every sample
-    that fits, once); copies are packed as distinct samples, then kept apart (``copies.separate_copies``)."""
+    that fits, once); copies are packed as distinct samples, then kept apart (``copies.separate_copies``).
+
+    More ok samples than ``packing.partition_samples`` (P): they are packed in consecutive partitions of P
+    (ok samples ``0..P-1``, ``P..2P-1``, ... in manifest order), each exactly as a data set of its own, and
+    a group's packs are its partitions' packs in partition order. The partitions are fixed by the data and
+    the setting alone, never by a worker or node count, so the bins are the same bytes wherever they are
+    made; at most P samples' scratch is ever held (packing's sort, bin ids and masks: ~20 bytes a sample)
+    and a memory-mapped column is read one partition at a time (``OkSamples.rows``). Manifest order, not
+    lengths, decides the partitions because each must be packable from its own rows (a partitioned
+    manifest's part), and a partition of millions of samples draws its lengths from the same mix as the
+    whole: best-fit decreasing is as close to the bound on it as on the whole (a part-filled last pack or
+    two per group and partition, docs/performance.md). At or below P this is one partition: unchanged."""
+    size = config.packing.partition_samples
+    if samples.n <= size:
+        return _pack_partition(samples, config, uses, unfit=unfit)
+    names = ("mixed",) if config.packing.group_by == "none" else samples.media_names
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, int]]] = {name: [] for name in names}
+    for first in range(0, samples.n, size):
+        last = min(first + size, samples.n)
+        got = _pack_partition(samples.rows(first, last), config, None if uses is None else rows(uses, first, last),
+                              unfit=None if unfit is None else rows(unfit, first, last))
+        for name, (indexes, offsets, together) in got.items():
+            indexes += np.int32(first)  # the partition's own array: back to positions among all ok samples
+            parts[name].append((indexes, offsets, together))
+        del got
+    out = {}
+    for name in names:  # the groups in the order one partition lists them (media type code order)
+        pieces = parts.pop(name)
+        if not pieces:
+            continue
+        indexes = np.concatenate([piece[0] for piece in pieces])
+        sizes = np.concatenate([np.diff(piece[1]) for piece in pieces])
+        offsets = np.zeros(sizes.size + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        out[name] = (indexes, offsets, sum(piece[2] for piece in pieces))
+        del pieces, sizes
+    return out
+
+
+def _pack_partition(samples: OkSamples, config: Config, uses: np.ndarray | None = None, *,
+                    unfit: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    """``build_bins`` on samples that are packed as one partition: the whole-array planner."""
     packing = config.packing
     limits = PackLimits(
         capacity=config.sample.max_token_len,

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
+from numpy.lib.format import open_memmap
 
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
-from ..packing._chunked import CHUNK, pack_chunk_end, pack_sums
+from ..packing._chunked import CHUNK, RELEASE_EVERY, pack_chunk_end, pack_sums, release
 from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..packing.interleave import Mix, StepMix, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
@@ -86,9 +88,13 @@ def order_packs(costs: np.ndarray, config: Config,
 
 def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok: int, capacity: int,
              overlong: np.ndarray | None = None, uses: np.ndarray | None = None,
-             unfit: np.ndarray | None = None) -> None:
+             unfit: np.ndarray | None = None, *, rows_at_once: int | None = None) -> None:
     """Every ok sample in as many packs as its ``uses`` (default 1; ``packing/mixture.py``) or, once, in
-    ``overlong`` or ``unfit`` (bucket's drop lists); every pack within capacity; PlanError on a breach."""
+    ``overlong`` or ``unfit`` (bucket's drop lists); every pack within capacity; PlanError on a breach.
+
+    ``rows_at_once``: count the samples' appearances for this many ok samples at a time (one pass over
+    ``indexes`` each), so the count costs 4 bytes times this, not times every sample (``packing.
+    partition_samples``); None: all at once. The same checks, the same first breach named, either way."""
     over = np.zeros(0, np.int64) if overlong is None else np.asarray(overlong)
     if unfit is not None and unfit.size:
         if over.size and (lengths[unfit] > capacity).any():
@@ -104,19 +110,24 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
     if uses is not None and over.size and uses[over].any():
         raise PlanError(f"ok sample #{int(over[uses[over] > 0][0])} is dropped by bucket but planned to be used: "
                         "rerun `vlmpack bucket`")
-    seen = _times_seen(indexes, n_ok)
-    seen[over] += 1
     dropped = np.zeros(0, np.int64) if not over.size else np.sort(over)
-    for first in range(0, n_ok, CHUNK):  # expected: uses (default 1), 1 for a dropped sample
-        last = min(first + CHUNK, n_ok)
-        expected = np.ones(last - first, np.uint32) if uses is None else uses[first:last].astype(np.uint32)
-        expected[dropped[np.searchsorted(dropped, first) : np.searchsorted(dropped, last)] - first] = 1
-        wrong = seen[first:last] != expected
-        if wrong.any():
-            bad = int(np.flatnonzero(wrong)[0])
-            raise PlanError(f"ok sample #{first + bad} is in {int(seen[first + bad])} packs or drop lists, expected "
-                            f"exactly {int(expected[bad])}: rerun `vlmpack bucket`")
-    del seen
+    span = max(n_ok, 1) if rows_at_once is None else rows_at_once
+    for low in range(0, n_ok, span):
+        high = min(low + span, n_ok)
+        seen = _times_seen(indexes, low, high, whole=high - low == n_ok)
+        mine = dropped[np.searchsorted(dropped, low) : np.searchsorted(dropped, high)]
+        seen[mine - low] += 1
+        for first in range(low, high, CHUNK):  # expected: uses (default 1), 1 for a dropped sample
+            last = min(first + CHUNK, high)
+            expected = np.ones(last - first, np.uint32) if uses is None else uses[first:last].astype(np.uint32)
+            expected[dropped[np.searchsorted(dropped, first) : np.searchsorted(dropped, last)] - first] = 1
+            wrong = seen[first - low : last - low] != expected
+            if wrong.any():
+                bad = int(np.flatnonzero(wrong)[0])
+                raise PlanError(f"ok sample #{first + bad} is in {int(seen[first - low + bad])} packs or drop lists, "
+                                f"expected exactly {int(expected[bad])}: rerun `vlmpack bucket`")
+        del seen
+        release(uses)
     if over_only.size and (lengths[over_only] <= capacity).any():
         bad = int(over_only[lengths[over_only] <= capacity][0])
         raise PlanError(f"ok sample #{bad} is dropped as overlong but fits {capacity}: rerun `vlmpack bucket`")
@@ -126,22 +137,33 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
         raise PlanError(f"pack {p} holds {int(totals[p])} tokens > sample.max_token_len {capacity}: rerun bucket")
 
 
-def _times_seen(indexes: np.ndarray, n_ok: int) -> np.ndarray:
-    """uint32 [n_ok]: how many times each sample is in ``indexes`` (``np.bincount`` in 4 bytes a sample, not its 8
-    plus an int64 copy of the input), counted a chunk at a time."""
-    seen = np.zeros(n_ok, np.uint32)
-    for first in range(0, indexes.size, CHUNK):
-        present, times = np.unique(indexes[first : first + CHUNK], return_counts=True)
+def _times_seen(indexes: np.ndarray, low: int, high: int, *, whole: bool = True) -> np.ndarray:
+    """uint32 [high - low]: how many times each of the samples ``low..high-1`` is in ``indexes`` (``np.bincount``
+    in 4 bytes a sample, not its 8 plus an int64 copy of the input), counted a chunk at a time; ``whole``: every
+    index is in the range (no filter)."""
+    seen = np.zeros(high - low, np.uint32)
+    for step, first in enumerate(range(0, indexes.size, CHUNK), 1):
+        part = indexes[first : first + CHUNK]
+        if not whole:
+            part = part[(part >= low) & (part < high)] - low
+        present, times = np.unique(part, return_counts=True)
         seen[present] += times.astype(np.uint32)
+        if step % RELEASE_EVERY == 0:
+            release(indexes)
+    release(indexes)
     return seen
 
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
               lengths: np.ndarray, media_tokens: np.ndarray, config: Config,
-              costs: np.ndarray, mix: Mix | None = None) -> tuple[PlanArrays, Schedule | None]:
+              costs: np.ndarray, mix: Mix | None = None, *,
+              scratch: Path | None = None) -> tuple[PlanArrays, Schedule | None]:
     """Pure: the bins' packs in training order as flat arrays (``plan_file.PlanArrays``), and the schedule.
 
-    ``costs``: per bins pack (``packing.cost.pack_costs``); ``mix``: per bins pack, per source (a mixture)."""
+    ``costs``: per bins pack (``packing.cost.pack_costs``); ``mix``: per bins pack, per source (a mixture).
+    ``scratch``: a folder for the two per-sample arrays (``sample_index``, ``token_len``: 12 bytes a sample),
+    which are then memory-mapped ``.npy`` files there, filled and released (``_chunked.release``) whole packs
+    at a time; None: in memory. The same values either way; the caller deletes the folder's files."""
     pack_media = pack_sums(media_tokens, indexes, offsets)
     train, val, schedule = order_packs(costs, config, mix)
     order, n_train = np.concatenate([train, val]).astype(np.int64), len(train)
@@ -150,9 +172,14 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
     new_offsets = np.zeros(len(order) + 1, np.int64)
     np.cumsum(sizes, out=new_offsets[1:])
     del sizes
-    sample_index = np.empty(int(new_offsets[-1]), np.int64)
-    token_len = np.empty(sample_index.size, lengths.dtype)
-    first = 0
+    n_rows = int(new_offsets[-1])
+    if scratch is None:
+        sample_index, token_len = np.empty(n_rows, np.int64), np.empty(n_rows, lengths.dtype)
+    else:
+        scratch.mkdir(parents=True, exist_ok=True)
+        sample_index = open_memmap(scratch / "sample_index.npy", "w+", np.int64, (n_rows,))
+        token_len = open_memmap(scratch / "token_len.npy", "w+", lengths.dtype, (n_rows,))
+    first, step = 0, 0
     while first < len(order):  # the members of the packs in the new order, whole packs at a time
         last = pack_chunk_end(new_offsets, first)
         lo, hi = int(new_offsets[first]), int(new_offsets[last])
@@ -162,7 +189,10 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
         members = indexes[np.repeat(starts, counts) + within]
         sample_index[lo:hi] = members
         token_len[lo:hi] = lengths[members]
-        first = last
+        first, step = last, step + 1
+        if step % RELEASE_EVERY == 0:
+            release(sample_index, token_len, lengths, indexes)
+    release(sample_index, token_len, lengths, indexes)
     split = np.zeros(len(order), np.int8)
     split[n_train:] = 1
     return PlanArrays(
@@ -187,32 +217,41 @@ def run(config: Config) -> StageResult:
 
     plan_meta_path(config.work_dir).unlink(missing_ok=True)  # a killed run must not leave an old meta beside a new plan
     out = bins_dir(config)
-    lengths, media_tokens = np.load(out / "lengths.npy"), np.load(out / "media_tokens.npy")
+    n_ok = int(bins_meta["n_ok"])
+    # past packing.partition_samples the per-sample columns stay in their files (memory-mapped, pages released
+    # after each pass) and the plan's per-sample arrays go through files in scratch: memory bounded by the setting
+    mapped = n_ok > config.packing.partition_samples
+    scratch = _scratch_dir(config) if mapped else None
+
+    def column(name: str) -> np.ndarray:
+        return np.load(out / name, mmap_mode="r" if mapped else None)
+
+    lengths, media_tokens = column("lengths.npy"), column("media_tokens.npy")
     for name in ("encoder_patches.npy", "audio_frames.npy"):
         if not (out / name).is_file():
             raise StaleArtifactError(f"{out} has no {name} (bins of an older vlmpack): rerun `vlmpack bucket`")
-    patches, blocks = np.load(out / "encoder_patches.npy"), np.load(out / "encoder_attention.npy")
-    audio = np.load(out / "audio_frames.npy"), np.load(out / "audio_attention.npy")
+    patches, blocks = column("encoder_patches.npy"), column("encoder_attention.npy")
+    audio = column("audio_frames.npy"), column("audio_attention.npy")
     overlong = np.load(out / "overlong.npy")
     unfit = np.load(out / "layout_unfit.npy") if (out / "layout_unfit.npy").is_file() else np.zeros(0, np.int32)
     if not (out / "uses.npy").is_file():
         raise StaleArtifactError(f"{out} has no uses.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
-    uses, source = np.load(out / "uses.npy"), np.load(out / "source.npy")
+    uses, source = column("uses.npy"), column("source.npy")
     indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta)
     capacity = config.sample.max_token_len
-    n_ok = int(bins_meta["n_ok"])
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
     alignment = config.alignment
-    aligned = alignment.aligned_int32(lengths)
-    validate(indexes, offsets, aligned, n_ok, capacity, overlong, uses, unfit)
+    aligned = _aligned(alignment, lengths, scratch)
+    validate(indexes, offsets, aligned, n_ok, capacity, overlong, uses, unfit,
+             rows_at_once=config.packing.partition_samples if mapped else None)
     model = cost_model(config)
     costs = pack_costs(model, aligned, patches, blocks, indexes, offsets, audio=audio)
     del aligned
     mixture = bins_meta.get("mixture") if config.data.sources else None
     mix = mix_of(mixture, source, lengths, indexes, offsets)
     plan_arrays, schedule = make_plan(indexes, offsets, pack_group, group_names, lengths, media_tokens, config, costs,
-                                      mix)
+                                      mix, scratch=scratch)
     del indexes, costs
     n_train = int(np.count_nonzero(plan_arrays.split == 0))
     drops = dict(bins_meta.get("manifest_drops", {}))
@@ -249,13 +288,50 @@ def run(config: Config) -> StageResult:
                 drop_lengths=lengths[overlong], pack_costs=plan_arrays.cost, step_ratios=ratios,
                 mixture_series=mixture_series)
     balance_lines = _balance_lines(plan_arrays, schedule)
+    del plan_arrays
+    if scratch is not None:  # the plan's per-sample arrays are in pack_plan.npz now
+        for name in _SCRATCH_FILES:
+            (scratch / name).unlink(missing_ok=True)
+        scratch.rmdir()
     if media_tokens.any() and not patches.any() and not audio[0].any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
                              "tokens/slow.py): pack costs leave the vision encoder out")
     return StageResult(stage="plan", summary=[*stats.table_lines(), model.describe(), *balance_lines],
                        seconds=time.perf_counter() - started,
-                       counts={"packs": plan_arrays.n_packs, "val_packs": plan_arrays.n_packs - n_train,
+                       counts={"packs": meta["n_packs"], "val_packs": meta["n_packs"] - n_train,
                                "samples": stats.samples})
+
+
+_SCRATCH_FILES = ("aligned.npy", "sample_index.npy", "token_len.npy")
+
+
+def _scratch_dir(config: Config) -> Path:
+    """Where a plan past ``packing.partition_samples`` keeps its per-sample arrays while it runs (deleted when the
+    plan is written; a killed run's are overwritten by the next)."""
+    return config.work_dir / "plan-scratch"
+
+
+def _aligned(alignment, lengths: np.ndarray, scratch: Path | None) -> np.ndarray:
+    """``alignment.aligned_int32(lengths)``; with ``scratch``, an alignment's lengths are written there a chunk at a
+    time (a memory-mapped file, released as it is filled) instead of held whole (the lengths themselves when
+    nothing is aligned)."""
+    if scratch is None or alignment.multiple == 1:
+        return alignment.aligned_int32(lengths)
+    scratch.mkdir(parents=True, exist_ok=True)
+    out = open_memmap(scratch / "aligned.npy", "w+", np.int64 if _overflows(alignment, lengths) else np.int32,
+                      (lengths.size,))
+    for first in range(0, lengths.size, CHUNK):
+        out[first : first + CHUNK] = alignment.aligned(lengths[first : first + CHUNK])
+        if (first // CHUNK + 1) % RELEASE_EVERY == 0:
+            release(out, lengths)
+    release(out, lengths)
+    return out
+
+
+def _overflows(alignment, lengths: np.ndarray) -> bool:
+    """An aligned length would not fit an int32 (``Alignment.aligned_int32``'s own test)."""
+    top = max((int(lengths[first : first + CHUNK].max()) for first in range(0, lengths.size, CHUNK)), default=0)
+    return top > np.iinfo(np.int32).max - alignment.multiple
 
 
 def mix_of(mixture: dict | None, source: np.ndarray, lengths: np.ndarray, indexes: np.ndarray,
