@@ -1,6 +1,7 @@
 """Ray executor vs local executor, 2 workers each, on the same generated shards: same bytes, throughput.
 
     python benchmarks/bench_ray.py [--samples 800] [--shards 8] [--workers 2]
+    python benchmarks/bench_ray.py --nodes 4 [--cpus-per-node 1] [--samples 2400] [--shards 16]
 
 Shards as in ``bench_scan.py`` (1-2 JPEG images of 300-1500 px per sample). Both executors run
 ``scan`` (one task per source shard), then, on one plan (``bucket`` + ``plan`` of the local scan),
@@ -10,6 +11,13 @@ file under packed_wds_dir (tars, .tar.idx, .nv-meta) byte-identical. The local R
 the local executor's times include forking its pool. A cold Ray scan also pays for starting
 its worker processes (fresh interpreters importing transformers), so a second Ray scan with
 the workers warm is timed too.
+
+``--nodes N``: the scan alone on simulated Ray clusters (``ray.cluster_utils.Cluster``: a head
+node with no CPU, where the driver runs, and worker nodes of ``--cpus-per-node`` CPUs, each its
+own raylet, object store and worker processes) of N nodes and of one node, in the same run,
+cold and warm, each manifest.jsonl asserted identical to a local scan's (``--workers`` processes).
+All nodes share this machine's cores: beyond its core count more nodes add scheduling and
+transfer overhead, not speed, so on a small machine this measures what the cluster costs.
 """
 
 from __future__ import annotations
@@ -53,12 +61,62 @@ def _timed(fn, config) -> tuple[dict, float]:
     return result.counts, time.perf_counter() - start
 
 
+def _cluster_scans(root: Path, processor_dir: Path, nodes: int, cpus: int) -> tuple[float, float, float, bool]:
+    """(start s, cold scan s, warm scan s, manifest.jsonl as the local scan's) on ``nodes`` worker nodes."""
+    from ray.cluster_utils import Cluster
+
+    start = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=cpus)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    started = time.perf_counter() - start
+    try:
+        cold, warm = (f"work_{nodes}n_cold", f"work_{nodes}n_warm")
+        _, cold_s = _timed(scan, _config(root, processor_dir, cold, "unused", nodes * cpus, "ray"))
+        _, warm_s = _timed(scan, _config(root, processor_dir, warm, "unused", nodes * cpus, "ray"))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    reference = (root / "work_local/manifest.jsonl").read_bytes()
+    same = all((root / work / "manifest.jsonl").read_bytes() == reference for work in (cold, warm))
+    return started, cold_s, warm_s, same
+
+
+def _cluster_main(args: argparse.Namespace) -> int:
+    """The scan on a simulated ``--nodes`` cluster vs a one-node cluster (same CPUs per node)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        processor_dir = build_processor_dir(root / "processor", "qwen2_5_vl")
+        make_shards(root / "wds", args.samples, args.shards)
+        counts, local_s = _timed(scan, _config(root, processor_dir, "work_local", "unused", args.workers, "local"))
+        runs = {n: _cluster_scans(root, processor_dir, n, args.cpus_per_node) for n in (1, args.nodes)}
+    samples = counts["samples"]
+    print(f"command: python benchmarks/bench_ray.py --nodes {args.nodes} --cpus-per-node {args.cpus_per_node} "
+          f"--samples {args.samples} --shards {args.shards} --workers {args.workers}")  # fmt: skip
+    print("simulated nodes share this machine's cores: past its core count a node adds overhead, not speed")
+    print(f"scan local executor ({args.workers} workers): {local_s:.2f}s {samples / local_s:.0f} samples/s")
+    for n, (started, cold_s, warm_s, same) in runs.items():
+        print(f"scan ray, {n} node(s) x {args.cpus_per_node} CPU (start {started:.1f}s, not timed): "
+              f"cold {cold_s:.2f}s {samples / cold_s:.0f} samples/s | warm {warm_s:.2f}s "
+              f"{samples / warm_s:.0f} samples/s | manifest.jsonl identical to local: {same}")  # fmt: skip
+    one, many = runs[1], runs[args.nodes]
+    print(f"{args.nodes} nodes / 1 node throughput: cold {one[1] / many[1]:.2f}, warm {one[2] / many[2]:.2f}")
+    assert all(run[3] for run in runs.values()), "a cluster scan's manifest differs from the local scan's"
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=800)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--nodes", type=int, default=0, help="scan on a simulated cluster of N nodes vs 1 node")
+    parser.add_argument("--cpus-per-node", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.nodes:
+        return _cluster_main(args)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         processor_dir = build_processor_dir(root / "processor", "qwen2_5_vl")
