@@ -1,6 +1,7 @@
-"""``media.audio``'s demux-side walks (AAC in ADTS and MP4, Opus and FLAC in Matroska / WebM) count exactly what
-PyAV's decoder hands out, without decoding; where a walk cannot stand for the demuxer it declines to decoding, and
-a damaged copy is never counted differently from what the decoder yields.
+"""``media.audio``'s demux-side walks (AAC in ADTS and MP4, Opus and FLAC in Matroska / WebM, FLAC in its own
+container by ``flac_walk``) count exactly what PyAV's decoder hands out, without decoding; where a walk cannot
+stand for the demuxer it declines to decoding, and a damaged copy is never counted differently from what the
+decoder yields.
 
 The oracle is a plain PyAV decode loop with FFmpeg's defaults (``_decoded``), as in ``test_audio_media.py``. That
 the walk decodes nothing is shown by making the probe's decode path raise (``_no_decoding``). The walks' packets
@@ -18,6 +19,7 @@ import pytest
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
 from vlmpack_offline.media.audio_headers import _opus_samples, adts_frames, matroska_blocks
+from vlmpack_offline.media.flac_walk import flac_samples
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.audio import encode_audio, rates_taken, signal_chunks
 
@@ -185,6 +187,8 @@ def _flipped_copies(data: bytes, stride: int, mask: int):
         ("m4a", 44100, 2, 0.2, 3, 0xFF),
         ("m4a", 16000, 1, 0.3, 3, 0x01),
         ("aac", 44100, 1, 0.2, 2, 0x80),
+        ("flac", 44100, 2, 0.32, 13, 0xFF),
+        ("flac", 16000, 1, 0.3, 5, 0x01),
     ],
 )
 def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, rate, channels, seconds, stride,
@@ -210,3 +214,66 @@ def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, 
         except DropError as exc:
             assert exc.reason == Reason.CORRUPT_MEDIA
     assert not wrong, wrong
+
+
+@pytest.fixture
+def _no_pyav_container(monkeypatch):
+    """The probe's PyAV path (``_opened``) raises: a count that comes back was read off the file by
+    ``flac_walk.flac_samples``, with no demuxer, parser or container."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the probe opened the file with PyAV")
+
+    monkeypatch.setattr(audio_module, "_opened", refuse)
+
+
+def test_flac_frames_are_counted_from_their_headers_without_pyav(_no_pyav_container):
+    """Every rate, mono and stereo, one sample to 3 s: a plain .flac file's count is the decoder's, proven from
+    STREAMINFO, the frame headers FFmpeg's parser finds and their CRC-16s, without opening the file in PyAV."""
+    wrong = []
+    for rate in RATES:
+        for channels in (1, 2):
+            for length in _lengths(rate):
+                data = encode_audio("flac", samples=length, sample_rate=rate, channels=channels, seed=length)
+                info = probe_audio(data, part="clip.flac")
+                if (info.samples, info.sample_rate) != _decoded(data) or info.channels != channels:
+                    wrong.append((rate, channels, length, _decoded(data), info))
+                assert (info.codec, info.container) == ("flac", "flac")
+    assert not wrong, wrong
+
+
+def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(_no_pyav_container):
+    """This clip (8 s of the synthetic signal at 48 kHz, seed 28) holds bytes inside frame 61 that read as a valid
+    frame header (sync, codes, frame number 5, CRC-8) for 4 channels of 20 bits at 16 kHz: FFmpeg's parser finds it,
+    penalises every link to it (its rate, sample size and channels differ from the frames around it) and hands out
+    the real frames. The walk stands for that scoring and counts the file; the decoder agrees."""
+    data = encode_audio("flac", samples=48000 * 8 + 28, sample_rate=48000, channels=2, seed=28)
+    at = 929916
+    assert data[at : at + 4] == bytes([0xFF, 0xF8, 0x45, 0x3A])  # block 2304, 16 kHz, 4 channels, 20 bits
+    with av.open(io.BytesIO(data)) as opened:
+        starts = [packet.pos for packet in opened.demux(audio=0) if packet.size]
+    assert at not in starts and min(starts) < at < max(starts)  # not a packet: inside a frame the parser emitted
+    info = probe_audio(data, part="clip.flac")
+    assert (info.samples, info.sample_rate) == _decoded(data) == (48000 * 8 + 28, 48000)
+
+
+@pytest.mark.parametrize(("rate", "channels", "seconds", "stride"), [(44100, 2, 0.32, 7), (16000, 1, 0.5, 2)])
+def test_flac_walk_answers_only_with_the_decoders_count(rate, channels, seconds, stride):
+    """Every (``stride``-th) byte of a FLAC file of several frames, flipped whole and in its lowest bit: the walk
+    either declines (None: the PyAV path decides, as before) or gives exactly the samples PyAV's decoder yields.
+    A flipped bit in a frame's coded data fails that frame's CRC-16, which FFmpeg's parser checks: it drops or
+    merges frames, so the walk declines; in a header it fails the CRC-8 and the chain; in the metadata's padding
+    it changes nothing."""
+    data = encode_audio("flac", samples=int(rate * seconds) + 3, sample_rate=rate, channels=channels, seed=5)
+    assert flac_samples(data) is not None
+    wrong, walked = [], 0
+    for mask in (0xFF, 0x01):
+        for at, damaged in _flipped_copies(data, stride, mask):
+            got = flac_samples(damaged)
+            if got is None:
+                continue
+            walked += 1
+            if (got.samples, got.sample_rate) != _decoded(damaged):
+                wrong.append((at, mask, got.samples, _decoded(damaged)))
+    assert not wrong, wrong
+    assert walked  # the metadata's padding: flips the walk reads past

@@ -13,9 +13,12 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
                               PCM decoder: bytes / (channels * width))     (audio_headers.walk)
     pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
                                                                            header's length
-    flac with a sample count  STREAMINFO's total samples                   the packets FFmpeg's parser finds (each
-                                                                           frame's CRC checked) hold it; the last
-                                                                           frame, decoded after a seek, ends there
+    flac in .flac             STREAMINFO's total samples                   the frame headers FFmpeg's parser finds
+                                                                           are frames 0..n-1 summing to it, the last
+                                                                           one decodes (flac_walk.flac_samples)
+    flac elsewhere, or a      STREAMINFO's total samples                   the packets FFmpeg's parser finds hold it;
+    .flac that walk declines                                               the last frame, decoded after a seek,
+                                                                           ends there
     mp3 with a gapless tag    FFmpeg's stream duration (Xing frames less   the file holds every byte the Xing
     (LAME / Lavf / Lavc)      LAME's delay and padding, as it trims them)  header counts
     opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file and match their
@@ -53,9 +56,10 @@ Before opening, the container's structure is walked to its end (``audio_headers.
 WebM and AVI by ``video_integrity.check_container``). A file whose structure or header claims more than it holds
 is ``truncated_media``; one that does not open, has no audio stream, does not decode or holds no samples is
 ``corrupt_media``. Every message starts with the part's name. Damage inside a file whose ends are whole is
-caught where the format checks itself cheaply (Ogg's page CRCs; FLAC's frame CRCs, which FFmpeg's parser checks
-in the packet walk). Elsewhere (a damaged MP3 frame header in the middle, which its decoder skips) decoding is the
-only proof: ``scan.decode_check``'s job, as for video.
+caught where the format checks itself cheaply (Ogg's page CRCs; a FLAC frame header's CRC-8, without which FFmpeg's
+parser merges the frame into the one before and the count falls short). Elsewhere (a damaged MP3 frame header in
+the middle, which its decoder skips; FLAC coded data, whose CRC-16 FFmpeg checks only between headers that
+disagree) decoding is the only proof: ``scan.decode_check``'s job, as for video.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import numpy as np
 
 from ..reasons import DropError, Reason
 from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
+from .flac_walk import flac_samples
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
 
@@ -103,6 +108,9 @@ def probe_audio(data: bytes, *, part: str) -> AudioInfo:
     """The first audio stream's decoded length, rate and channels (module doc: per codec, from the header or by
     decoding). Raises ``DropError``: ``truncated_media`` when the file holds less than it claims, ``corrupt_media``
     when it is not readable audio or holds none."""
+    if (flac := flac_samples(data)) is not None:  # FLAC in its own container, proven by its frame headers
+        return AudioInfo(samples=flac.samples, sample_rate=flac.sample_rate, channels=flac.channels, codec="flac",
+                         container="flac")  # fmt: skip
     walked = walk(data, part=part)
     with _opened(data, part) as (container, stream):
         context = stream.codec_context
@@ -339,11 +347,12 @@ def _packet_samples(container, stream, rate: int, part: str) -> int | None:
 
 
 def _flac_samples(container, stream, rate: int, part: str) -> int | None:
-    """STREAMINFO's total samples, proven twice: the packets FFmpeg's FLAC parser finds (it checks each frame's
-    CRC and skips a damaged one, samples and all) must hold that many, and the last frame, decoded after a seek,
-    must end exactly there (a frame cut short still parses as a packet of its full length, but does not decode).
-    None when the seek fails, the frames carry no timestamps, or the packets hold more than the total: then the
-    decoder's count decides."""
+    """STREAMINFO's total samples, proven twice: the packets FFmpeg's FLAC parser finds (a frame whose header is
+    damaged is merged into the one before, its samples lost) must hold that many, and the last frame, decoded after
+    a seek, must end exactly there (a frame cut short still parses as a packet of its full length, but does not
+    decode). None when the seek fails, the frames carry no timestamps, or the packets hold more than the total: then
+    the decoder's count decides. The reference for ``flac_walk.flac_samples``, which answers first where it can and
+    leaves every file it cannot stand for (and FLAC in other containers) to this."""
     total = _samples_at(stream.duration, stream, rate)
     if total is None or stream.time_base != Fraction(1, rate) or stream.start_time:
         return None

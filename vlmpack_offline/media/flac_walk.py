@@ -1,0 +1,260 @@
+"""FLAC in its own container: the decoded length proven from the file's frame headers, without PyAV's demuxer.
+
+What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_parser.c, flac.c, flacdec.c):
+
+- the demuxer reads the metadata blocks after ``fLaC`` (STREAMINFO first: rate, channels, bits, total samples,
+  which becomes the stream's duration) and hands every byte after the last block to FFmpeg's FLAC parser;
+- the parser finds *candidate headers*: every offset where the bytes read 0xFFF8 or 0xFFF9 and the 16 bytes from
+  there pass ``ff_flac_decode_frame_header`` (flac.c: sync, a channel mode below 11, a sample size code other than
+  3, the reserved bit clear, a well-formed UTF-8 frame number, a block size code other than 0, a rate code other
+  than 15, and the header's CRC-8). It scores chains of candidates and emits each packet from a header to its best
+  child. A link between two candidates is penalised when they differ in rate, sample size, channels or blocking
+  strategy, or when the child's frame number is not the header's + 1; **only a penalised link has its CRC-16
+  computed** (``check_header_mismatch``). A chain of headers that agree and count 0, 1, 2, ... is never
+  CRC-checked: each packet is one header to the next, the last one runs to the end of the file;
+- the decoder (flacdec.c) turns a packet into one frame of the header's block size, or fails on it; it checks
+  the CRC-16 only under ``err_detect crccheck`` and drops the frame only under ``explode`` (neither is PyAV's
+  default), so a damaged frame that still decodes is handed out at full length.
+
+So the decoder's count is the frames' block sizes summed exactly when the candidate headers are that clean chain:
+``flac_samples`` finds every 0xFFF8/9 offset (one C regex scan of the frame data), reads all the candidates at
+once with numpy (``_headers``), and stands for the parser only if the valid ones are frames 0, 1, ..., n-1 from
+the first byte after the metadata, fixed block size, one rate, sample size and channel count, agreeing with
+STREAMINFO and summing to its total. It then decodes the last packet (last header to end of file) alone, with
+the decoder PyAV uses and STREAMINFO as its extradata: a file cut inside its last frame fails there, as it fails
+in the loader. Anything else (another candidate that passes, a damaged header, variable block size, a frame
+count short of the total, metadata it does not read, an ID3 tag before ``fLaC``) returns None: ``audio.py``'s
+PyAV path (the parser itself over every packet, the last frames decoded after a seek) decides, as before.
+
+What neither this walk nor that path sees is a middle frame whose coded data is damaged without touching a header:
+the parser emits it whole and the decoder fails on it or hands out its full length; ``scan.decode_check`` decodes
+every frame (``tests/test_audio_walk.py`` flips every byte of small files against the decoder).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["FlacStream", "flac_samples"]
+
+_SYNC = re.compile(rb"\xff[\xf8\xf9]")  # a frame header's first 15 bits (0x7FFC) and its blocking strategy bit
+_HEADER = 16  # MAX_FRAME_HEADER_SIZE: the bytes flac_parser.c hands ff_flac_decode_frame_header (zeros past EOF)
+_MIN_FRAME = 10  # FLAC_MIN_FRAME_SIZE: a smaller packet decodes to nothing (flacdec.c)
+_METADATA_KNOWN = frozenset({0, 1, 2, 3, 4})  # STREAMINFO, PADDING, APPLICATION, SEEKTABLE, VORBIS_COMMENT
+# flac.c / flacdata.c tables, indexed by the header's codes
+_BLOCK_SIZES = np.array([0, 192, 576, 1152, 2304, 4608, 0, 0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
+_RATES = np.array([0, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44100, 48000, 96000, 0, 0, 0, 0])
+_SAMPLE_BITS = np.array([0, 8, 12, 0, 16, 20, 24, 32])  # code 3 is refused; 7 (32 bits) by older FFmpegs only
+# UTF-8-style frame number: its width from the first byte (0: a byte GET_UTF8 refuses) and that byte's value bits
+_UTF8_WIDTH = np.array([1] * 128 + [0] * 64 + [2] * 32 + [3] * 16 + [4] * 8 + [5] * 4 + [6] * 2 + [0] * 2)
+_UTF8_MASK = np.array([0, 0x7F, 0x1F, 0x0F, 0x07, 0x03, 0x01])
+
+
+def _crc8_table() -> np.ndarray:
+    """AV_CRC_8_ATM (polynomial 0x07, MSB first, initial value 0): the frame header's CRC-8."""
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+        table.append(crc)
+    return np.array(table, dtype=np.uint8)
+
+
+_CRC8 = _crc8_table()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlacStream:
+    samples: int  # STREAMINFO's total, proven to be what the decoder hands out
+    sample_rate: int  # STREAMINFO's rate in Hz
+    channels: int  # STREAMINFO's channels
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StreamInfo:
+    start: int  # the first byte after the metadata blocks: where the parser starts
+    max_block: int
+    rate: int
+    channels: int
+    bits: int
+    total: int
+    raw: bytes  # the 34-byte block: the decoder's extradata
+
+
+def flac_samples(data: bytes) -> FlacStream | None:
+    """The decoded length of a plain ``.flac`` file where its headers and CRCs prove it (module doc), else None."""
+    info = _streaminfo(data)
+    crc = _crc16()
+    if info is None or info.total <= 0 or info.rate <= 0 or crc is None:
+        return None
+    candidates = np.array([match.start() for match in _SYNC.finditer(data, info.start)], dtype=np.int64)
+    offsets, numbers, blocks, strategy = _headers(data, candidates)
+    if not len(offsets) or offsets[0] != info.start:
+        return None
+    first = strategy[0]
+    if first[0] or int(first[1]) not in (0, info.rate) or int(first[2]) not in (0, info.bits) or first[2] == 32 \
+            or first[3] != info.channels:  # fmt: skip
+        return None
+    chain = np.all(strategy == first, axis=1)  # the candidates that agree with frame 0
+    offsets, numbers, blocks, others = offsets[chain], numbers[chain], blocks[chain], offsets[~chain]
+    count = len(offsets)
+    if not np.array_equal(numbers, np.arange(count)):
+        return None
+    block, last = int(blocks[0]), int(blocks[-1])
+    if (np.any(blocks[:-1] != block) or last > block or block > info.max_block
+            or (count - 1) * block + last != info.total):  # fmt: skip
+        return None
+    ends = np.append(offsets[1:], len(data))
+    if np.any(ends - offsets < _MIN_FRAME) or not _outscored(offsets, others):
+        return None
+    spans = crc(data)
+    if any(spans(start, end) for start, end in zip(offsets.tolist(), ends.tolist(), strict=True)):
+        return None  # a damaged frame: the parser drops it or merges it (its samples lost)
+    if len(others):  # each candidate splits its frame into two spans, neither of which may check out alone
+        inside = np.searchsorted(offsets, others) - 1
+        for start, middle, end in zip(offsets[inside].tolist(), others.tolist(), ends[inside].tolist(), strict=True):
+            if not spans(start, middle) or not spans(middle, end):
+                return None
+    return FlacStream(samples=info.total, sample_rate=info.rate, channels=info.channels)
+
+
+def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
+    """Whether the parser's scoring (flac_parser.c ``score_header``) picks the frames' chain over every other
+    candidate ``others`` (valid headers inside a frame that differ from the frames in rate, sample size, channels
+    or blocking strategy). It does when each lies before the last frame and any two have at least 3 frame headers
+    between them, as follows. Along the chain every link costs 0 (same fields, next number, the frame's CRC-16
+    checks out), so a frame header scores at least 10 more than the next one, and at least 10. A candidate F
+    inside frame k scores at most 10 (its base, lowered by a difference from the last header handed out) plus its
+    best child's score less 7 (each of its children, within the next 3 headers, is a frame header it differs from:
+    ``check_header_fi_mismatch``'s penalty, 7 or 10, before any CRC-16 check), so at most max(10, S(k+1) + 3);
+    reached from a frame header it costs at least 7 again, at most max(3, S(k+1) - 4): below the next frame
+    header's S(k+1) >= 10, which is therefore the best child of every frame header (and frame 0 the first header
+    handed out). A candidate in the last frame has no frame header after it to lose to: declined."""
+    if not len(others):
+        return True
+    inside = np.searchsorted(frames, others)  # frame headers before each candidate: it lies in frame inside - 1
+    return bool(inside.max() < len(frames) and np.all(np.diff(inside) >= 3))
+
+
+def _streaminfo(data: bytes) -> _StreamInfo | None:
+    """``fLaC`` at byte 0, then metadata blocks (RFC 9639 8.1: last-block flag, type (7 bits), size (24 bits)),
+    STREAMINFO first and of 34 bytes, every block inside the file and of a type read here; None otherwise."""
+    if data[:4] != b"fLaC":
+        return None
+    pos, raw, last = 4, None, False
+    while not last:
+        if pos + 4 > len(data):
+            return None
+        last, kind, size = bool(data[pos] & 0x80), data[pos] & 0x7F, int.from_bytes(data[pos + 1 : pos + 4], "big")
+        if kind not in _METADATA_KNOWN or (kind == 0) != (raw is None) or pos + 4 + size > len(data):
+            return None
+        if kind == 0:
+            if size != 34:
+                return None
+            raw = bytes(data[pos + 4 : pos + 38])
+        pos += 4 + size
+    fields = int.from_bytes(raw[10:18], "big")  # rate (20 bits), channels - 1 (3), bits - 1 (5), total (36)
+    return _StreamInfo(start=pos, max_block=int.from_bytes(raw[2:4], "big"), rate=fields >> 44,
+                       channels=((fields >> 41) & 7) + 1, bits=((fields >> 36) & 31) + 1,
+                       total=fields & ((1 << 36) - 1), raw=raw)  # fmt: skip
+
+
+def _headers(data: bytes, at: np.ndarray):
+    """The candidates at offsets ``at`` that ``ff_flac_decode_frame_header`` accepts: their offsets, frame (or
+    sample) numbers, block sizes, and what the parser compares between headers (``check_header_fi_mismatch``):
+    [variable-block-size bit, rate, sample bits, channels] per row (rate and bits 0: "from STREAMINFO"). Each candidate's
+    16 bytes are read at once (zeros past the end, as the parser pads the file's end); every field and the CRC-8
+    over the header's variable length are computed for all candidates together."""
+    size = len(data)
+    if not len(at):
+        return at, at, at, np.zeros((0, 4), dtype=np.int64)
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    index = at[:, None] + np.arange(_HEADER)
+    head = buffer[np.minimum(index, size - 1)].astype(np.int64)
+    head[index >= size] = 0
+    block_code, rate_code = head[:, 2] >> 4, head[:, 2] & 15
+    mode, bits_code = head[:, 3] >> 4, (head[:, 3] >> 1) & 7
+    first = head[:, 4]
+    width = _UTF8_WIDTH[first]
+    valid = (mode < 11) & (bits_code != 3) & (head[:, 3] & 1 == 0) & (block_code != 0) & (rate_code != 15)
+    valid &= width > 0
+    number = first & _UTF8_MASK[width]
+    for k in range(1, 6):
+        more = k < width
+        byte = head[:, 4 + k]
+        valid &= ~more | (byte & 0xC0 == 0x80)
+        number = np.where(more, (number << 6) | (byte & 0x3F), number)
+    rows = np.arange(len(at))
+    end = 4 + width  # the byte after the frame number
+    block = _BLOCK_SIZES[block_code]
+    explicit8, explicit16 = block_code == 6, block_code == 7
+    at_end = np.minimum(end, _HEADER - 2)
+    block = np.where(explicit8, head[rows, at_end] + 1, block)
+    block = np.where(explicit16, (head[rows, at_end] << 8 | head[rows, at_end + 1]) + 1, block)
+    end = end + explicit8 + 2 * explicit16
+    at_end = np.minimum(end, _HEADER - 2)
+    rate = _RATES[rate_code]
+    rate = np.where(rate_code == 12, head[rows, at_end] * 1000, rate)
+    rate = np.where(rate_code == 13, head[rows, at_end] << 8 | head[rows, at_end + 1], rate)
+    rate = np.where(rate_code == 14, (head[rows, at_end] << 8 | head[rows, at_end + 1]) * 10, rate)
+    end = end + (rate_code == 12) + 2 * (rate_code >= 13)  # the CRC-8 byte
+    crc = np.zeros(len(at), dtype=np.uint8)
+    for k in range(_HEADER):
+        crc = np.where(k <= end, _CRC8[crc ^ head[:, k]], crc)
+    valid &= crc == 0
+    keep = np.flatnonzero(valid)
+    channels = np.where(mode[keep] < 8, mode[keep] + 1, 2)
+    strategy = np.stack([head[keep, 1] & 1, rate[keep], _SAMPLE_BITS[bits_code[keep]], channels], axis=1)
+    return at[keep], number[keep], block[keep], strategy
+
+
+def _crc16():
+    """FFmpeg's own ``av_crc`` with its AV_CRC_16_ANSI table (polynomial 0x8005: the FLAC frame footer's CRC-16,
+    what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded, as ``crc(data)(start, end)``: 0 when
+    ``data[start:end]`` ends with its own CRC-16. None where that library is not found (then the PyAV path counts).
+    Called through ctypes on the bytes object's own buffer: nothing is copied."""
+    global _CRC
+    if _CRC is None:
+        _CRC = _load_crc16() or False
+    return _CRC or None
+
+
+_CRC = None
+
+
+def _load_crc16():
+    import ctypes
+    import ctypes.util
+    import glob
+    import os
+
+    import av
+
+    here = os.path.dirname(os.path.dirname(av.__file__))
+    paths = sorted(glob.glob(os.path.join(here, "av.libs", "libavutil*.so*"))) or [ctypes.util.find_library("avutil")]
+    try:
+        library = ctypes.CDLL(paths[0])
+        library.av_crc_get_table.restype = ctypes.c_void_p
+        library.av_crc_get_table.argtypes = [ctypes.c_int]
+        library.av_crc.restype = ctypes.c_uint32
+        library.av_crc.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+        table = library.av_crc_get_table(_AV_CRC_16_ANSI)
+    except (OSError, AttributeError, TypeError):
+        return None
+    if not table or library.av_crc(table, 0, ctypes.cast(ctypes.c_char_p(_CHECK), ctypes.c_void_p).value, 9) != _CHECKED:
+        return None
+    av_crc = library.av_crc
+
+    def crc(data: bytes):
+        base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value  # the buffer of ``data``, kept alive by it
+        return lambda start, end: av_crc(table, 0, base + start, end - start)
+
+    return crc
+
+
+_AV_CRC_16_ANSI = 1  # libavutil/crc.h: enum AVCRCId { AV_CRC_8_ATM, AV_CRC_16_ANSI, ... }
+_CHECK, _CHECKED = b"123456789", 0xE8FE  # CRC-16/UMTS of the standard check string (0xFEE8), as av_crc stores it
