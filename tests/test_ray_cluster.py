@@ -45,7 +45,7 @@ _HEALTH = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 300,
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Head (no CPU) + four one-CPU worker nodes on 127.0.0.1; this process is the driver, on the head."""
+    """Head (no CPU) + four one-CPU worker nodes on this machine; this process is the driver, on the head."""
     sim = cluster_utils.Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "object_store_memory": _STORE, "include_dashboard": False,
@@ -65,16 +65,17 @@ def local_run(tmp_path_factory, qwen25_processor_dir) -> Path:
     """The reference: scan, bucket, plan and write in one process (``executor: local``, ``workers: 1``)."""
     root = tmp_path_factory.mktemp("cluster")
     generate_dataset(root / "wds", seed=5, n_shards=N_SHARDS, samples_per_shard=4, include_faults=True, video=False)
-    config = _config(root, qwen25_processor_dir, "work", "packed", executor="local")
+    config = _config(root, qwen25_processor_dir, root / "work", root / "packed", executor="local")
     for stage in (scan, bucket, plan, write):
         stage.run(config)
     return root
 
 
-def _config(root: Path, processor_dir: Path, work: str, packed: str, **process):
+def _config(root: Path, processor_dir: Path, work_dir: Path, packed_dir: Path, **process):
+    """The inputs under ``root``; the artifacts in ``work_dir`` and ``packed_dir``."""
     return config_from_dict(
         {
-            "data": {"wds_dir": str(root / "wds"), "work_dir": str(root / work), "packed_wds_dir": str(root / packed)},
+            "data": {"wds_dir": str(root / "wds"), "work_dir": str(work_dir), "packed_wds_dir": str(packed_dir)},
             "sample": {"max_token_len": 1024},  # about a dozen packs
             "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(processor_dir)}},
             "packed_wds": {"maxcount": 1},  # one pack per output shard: one write task per pack
@@ -159,7 +160,7 @@ def test_scan_on_four_nodes_with_one_lost_mid_scan_equals_the_one_process_scan(
 ):
     marker = tmp_path / "held"
     monkeypatch.setenv("VLMPACK_TEST_RAY_HOLD", f"scan:5:{marker}")
-    config = _config(local_run, qwen25_processor_dir, "work_ray", "unused", executor="ray",
+    config = _config(local_run, qwen25_processor_dir, tmp_path / "work", tmp_path / "packed", executor="ray",
                      ray_address=cluster.address)  # fmt: skip
     removal = _remove_held_node(cluster, marker, _committed_shards(config.work_dir), at_least=3)
 
@@ -182,7 +183,7 @@ def test_write_on_four_nodes_with_one_lost_mid_write_equals_the_one_process_writ
     assert n_shards >= 6, "too few output shards for a write task to be lost mid-write"
     marker = tmp_path / "held"
     monkeypatch.setenv("VLMPACK_TEST_RAY_HOLD", f"write:3:{marker}")
-    config = _config(local_run, qwen25_processor_dir, "work", str(packed), executor="ray",
+    config = _config(local_run, qwen25_processor_dir, local_run / "work", packed, executor="ray",
                      ray_address=cluster.address)  # fmt: skip
 
     def tars() -> int:  # the held shard's tar is in place too: its task wrote it before holding
