@@ -14,8 +14,8 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
     pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
                                                                            header's length
     flac in .flac             STREAMINFO's total samples                   the frame headers FFmpeg's parser finds
-                                                                           are frames 0..n-1 summing to it, the last
-                                                                           one decodes (flac_walk.flac_samples)
+                                                                           are frames 0..n-1 summing to it, each
+                                                                           frame's CRC-16 checks out (flac_walk)
     flac elsewhere, or a      STREAMINFO's total samples                   the packets FFmpeg's parser finds hold it;
     .flac that walk declines                                               the last frame, decoded after a seek,
                                                                            ends there
@@ -56,10 +56,10 @@ Before opening, the container's structure is walked to its end (``audio_headers.
 WebM and AVI by ``video_integrity.check_container``). A file whose structure or header claims more than it holds
 is ``truncated_media``; one that does not open, has no audio stream, does not decode or holds no samples is
 ``corrupt_media``. Every message starts with the part's name. Damage inside a file whose ends are whole is
-caught where the format checks itself cheaply (Ogg's page CRCs; a FLAC frame header's CRC-8, without which FFmpeg's
-parser merges the frame into the one before and the count falls short). Elsewhere (a damaged MP3 frame header in
-the middle, which its decoder skips; FLAC coded data, whose CRC-16 FFmpeg checks only between headers that
-disagree) decoding is the only proof: ``scan.decode_check``'s job, as for video.
+caught where the format checks itself cheaply (Ogg's page CRCs; a FLAC frame's header CRC-8 and CRC-16, where
+FFmpeg's parser loses a frame that fails either: the PyAV path sees the count fall short, flac_walk declines to
+it). Elsewhere (a damaged MP3 frame header in the middle, which its decoder skips) decoding is the only proof:
+``scan.decode_check``'s job, as for video.
 """
 
 from __future__ import annotations

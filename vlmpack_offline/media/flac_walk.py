@@ -1,4 +1,4 @@
-"""FLAC in its own container: the decoded length proven from the file's frame headers, without PyAV's demuxer.
+"""FLAC in its own container: the decoded length proven from the file's frame headers and CRCs, without PyAV.
 
 What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_parser.c, flac.c, flacdec.c):
 
@@ -7,28 +7,25 @@ What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_p
 - the parser finds *candidate headers*: every offset where the bytes read 0xFFF8 or 0xFFF9 and the 16 bytes from
   there pass ``ff_flac_decode_frame_header`` (flac.c: sync, a channel mode below 11, a sample size code other than
   3, the reserved bit clear, a well-formed UTF-8 frame number, a block size code other than 0, a rate code other
-  than 15, and the header's CRC-8). It scores chains of candidates and emits each packet from a header to its best
-  child. A link between two candidates is penalised when they differ in rate, sample size, channels or blocking
-  strategy, or when the child's frame number is not the header's + 1; **only a penalised link has its CRC-16
-  computed** (``check_header_mismatch``). A chain of headers that agree and count 0, 1, 2, ... is never
-  CRC-checked: each packet is one header to the next, the last one runs to the end of the file;
-- the decoder (flacdec.c) turns a packet into one frame of the header's block size, or fails on it; it checks
-  the CRC-16 only under ``err_detect crccheck`` and drops the frame only under ``explode`` (neither is PyAV's
-  default), so a damaged frame that still decodes is handed out at full length.
+  than 15, and the header's CRC-8). It scores chains of candidates (``score_header``: 10 per header, less a
+  link's penalty: 7 or 10 per field that differs between two headers (rate, sample size, channels, blocking
+  strategy, ``check_header_fi_mismatch``), 7 for a frame number that does not follow, 50 for a CRC-16 that fails
+  between them) and hands out each packet from a header to its best child; the last runs to the end of the file.
+  The sources read here compute the CRC-16 only on a penalised link; the FFmpeg PyAV ships (libavcodec 62) also
+  loses the samples of a frame whose coded data is damaged under a whole header (``tests/test_audio_walk.py``
+  flips every byte), so the walk requires every frame's CRC-16 to check out, which makes every link between
+  frames cost 0 under either rule;
+- the decoder (flacdec.c) turns a packet into one frame of the header's block size.
 
-So the decoder's count is the frames' block sizes summed exactly when the candidate headers are that clean chain:
-``flac_samples`` finds every 0xFFF8/9 offset (one C regex scan of the frame data), reads all the candidates at
-once with numpy (``_headers``), and stands for the parser only if the valid ones are frames 0, 1, ..., n-1 from
-the first byte after the metadata, fixed block size, one rate, sample size and channel count, agreeing with
-STREAMINFO and summing to its total. It then decodes the last packet (last header to end of file) alone, with
-the decoder PyAV uses and STREAMINFO as its extradata: a file cut inside its last frame fails there, as it fails
-in the loader. Anything else (another candidate that passes, a damaged header, variable block size, a frame
-count short of the total, metadata it does not read, an ID3 tag before ``fLaC``) returns None: ``audio.py``'s
-PyAV path (the parser itself over every packet, the last frames decoded after a seek) decides, as before.
-
-What neither this walk nor that path sees is a middle frame whose coded data is damaged without touching a header:
-the parser emits it whole and the decoder fails on it or hands out its full length; ``scan.decode_check`` decodes
-every frame (``tests/test_audio_walk.py`` flips every byte of small files against the decoder).
+So where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata (fixed block size, one
+rate, sample size and channel count, agreeing with STREAMINFO and summing to its total), each frame's bytes up to
+the next one (the last: up to the end of the file) end with their own CRC-16, and every other candidate is one
+the scoring provably discards (``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples``
+finds every 0xFFF8/9 offset with one C regex scan, reads all candidates at once with numpy (``_headers``) and
+checks the CRC-16s with FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a
+candidate it cannot rule out, variable block size, fewer samples than the total, metadata it does not read, an
+ID3 tag before ``fLaC``, no libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every
+packet, the last frames decoded after a seek) decides, as before.
 """
 
 from __future__ import annotations
@@ -82,14 +79,13 @@ class _StreamInfo:
     channels: int
     bits: int
     total: int
-    raw: bytes  # the 34-byte block: the decoder's extradata
 
 
 def flac_samples(data: bytes) -> FlacStream | None:
     """The decoded length of a plain ``.flac`` file where its headers and CRCs prove it (module doc), else None."""
     info = _streaminfo(data)
     crc = _crc16()
-    if info is None or info.total <= 0 or info.rate <= 0 or crc is None:
+    if info is None or info.total <= 0 or info.rate <= 0 or info.max_block < 16 or info.bits < 4 or crc is None:
         return None
     candidates = np.array([match.start() for match in _SYNC.finditer(data, info.start)], dtype=np.int64)
     offsets, numbers, blocks, strategy = _headers(data, candidates)
@@ -145,12 +141,12 @@ def _streaminfo(data: bytes) -> _StreamInfo | None:
     STREAMINFO first and of 34 bytes, every block inside the file and of a type read here; None otherwise."""
     if data[:4] != b"fLaC":
         return None
-    pos, raw, last = 4, None, False
+    pos, raw, last = 4, b"", False
     while not last:
         if pos + 4 > len(data):
             return None
         last, kind, size = bool(data[pos] & 0x80), data[pos] & 0x7F, int.from_bytes(data[pos + 1 : pos + 4], "big")
-        if kind not in _METADATA_KNOWN or (kind == 0) != (raw is None) or pos + 4 + size > len(data):
+        if kind not in _METADATA_KNOWN or (kind == 0) != (not raw) or pos + 4 + size > len(data):
             return None
         if kind == 0:
             if size != 34:
@@ -160,7 +156,7 @@ def _streaminfo(data: bytes) -> _StreamInfo | None:
     fields = int.from_bytes(raw[10:18], "big")  # rate (20 bits), channels - 1 (3), bits - 1 (5), total (36)
     return _StreamInfo(start=pos, max_block=int.from_bytes(raw[2:4], "big"), rate=fields >> 44,
                        channels=((fields >> 41) & 7) + 1, bits=((fields >> 36) & 31) + 1,
-                       total=fields & ((1 << 36) - 1), raw=raw)  # fmt: skip
+                       total=fields & ((1 << 36) - 1))  # fmt: skip
 
 
 def _headers(data: bytes, at: np.ndarray):
