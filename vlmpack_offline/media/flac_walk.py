@@ -31,7 +31,9 @@ packet, the last frames decoded after a seek) decides, as before.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -108,13 +110,12 @@ def flac_samples(data: bytes) -> FlacStream | None:
     if np.any(ends - offsets < _MIN_FRAME) or not _outscored(offsets, others):
         return None
     spans = crc(data)
-    if any(spans(start, end) for start, end in zip(offsets.tolist(), ends.tolist(), strict=True)):
+    if any(spans(offsets, ends)):
         return None  # a damaged frame: the parser drops it or merges it (its samples lost)
     if len(others):  # each candidate splits its frame into two spans, neither of which may check out alone
         inside = np.searchsorted(offsets, others) - 1
-        for start, middle, end in zip(offsets[inside].tolist(), others.tolist(), ends[inside].tolist(), strict=True):
-            if not spans(start, middle) or not spans(middle, end):
-                return None
+        if not all(spans(offsets[inside], others)) or not all(spans(others, ends[inside])):
+            return None
     return FlacStream(samples=info.total, sample_rate=info.rate, channels=info.channels)
 
 
@@ -198,11 +199,11 @@ def _headers(data: bytes, at: np.ndarray):
     rate = np.where(rate_code == 13, head[rows, at_end] << 8 | head[rows, at_end + 1], rate)
     rate = np.where(rate_code == 14, (head[rows, at_end] << 8 | head[rows, at_end + 1]) * 10, rate)
     end = end + (rate_code == 12) + 2 * (rate_code >= 13)  # the CRC-8 byte
-    crc = np.zeros(len(at), dtype=np.uint8)
-    for k in range(_HEADER):
-        crc = np.where(k <= end, _CRC8[crc ^ head[:, k]], crc)
-    valid &= crc == 0
-    keep = np.flatnonzero(valid)
+    keep = np.flatnonzero(valid)  # the CRC-8 only where every field reads
+    crc, end, bytes_ = np.zeros(len(keep), dtype=np.int64), end[keep], head[keep]
+    for k in range(int(end.max(initial=0)) + 1):
+        crc = np.where(k <= end, _CRC8[crc ^ bytes_[:, k]], crc)
+    keep = keep[crc == 0]
     channels = np.where(mode[keep] < 8, mode[keep] + 1, 2)
     strategy = np.stack([head[keep, 1] & 1, rate[keep], _SAMPLE_BITS[bits_code[keep]], channels], axis=1)
     return at[keep], number[keep], block[keep], strategy
@@ -210,8 +211,8 @@ def _headers(data: bytes, at: np.ndarray):
 
 def _crc16():
     """FFmpeg's own ``av_crc`` with its AV_CRC_16_ANSI table (polynomial 0x8005: the FLAC frame footer's CRC-16,
-    what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded, as ``crc(data)(start, end)``: 0 when
-    ``data[start:end]`` ends with its own CRC-16. None where that library is not found (then the PyAV path counts).
+    what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded, as ``crc(data)(starts, ends)``: per
+    span, 0 when ``data[start:end]`` ends with its own CRC-16. None where that library is not found (then the PyAV path counts).
     Called through ctypes on the bytes object's own buffer: nothing is copied."""
     global _CRC
     if _CRC is None:
@@ -247,7 +248,11 @@ def _load_crc16():
 
     def crc(data: bytes):
         base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value  # the buffer of ``data``, kept alive by it
-        return lambda start, end: av_crc(table, 0, base + start, end - start)
+
+        def spans(starts: np.ndarray, ends: np.ndarray) -> Iterator[int]:
+            return map(av_crc, repeat(table), repeat(0), (starts + base).tolist(), (ends - starts).tolist())
+
+        return spans
 
     return crc
 
