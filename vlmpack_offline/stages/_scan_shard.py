@@ -333,10 +333,15 @@ def init_worker(config: Config) -> None:
     transformers' from start-up; a long sample allocates enough to set one off, so its cost grew faster than its
     length (500 to 5,000 turns: 13x CPU, 10.5x frozen; ``benchmarks/bench_turns.py``, ``--no-gc-freeze`` for the
     unfrozen growth). Frozen objects are never walked again, and forked workers share their pages instead of
-    copying them. ``scan.run`` unfreezes when its workers are done."""
+    copying them. ``scan.run`` unfreezes when its workers are done.
+
+    Only the young generations are collected first (``gc.collect(1)``), as the ``gc.freeze`` docs advise no full
+    pass either: a full one walks the whole heap, 0.3 s where the caller holds transformers and torch (a benchmark,
+    a notebook), more than a small scan's work; what start-up garbage reached the oldest generation stays frozen
+    with it until ``scan.run`` unfreezes."""
     global _SCANNER
     _SCANNER = ShardScanner(config)
-    gc.collect()
+    gc.collect(1)
     gc.freeze()
 
 

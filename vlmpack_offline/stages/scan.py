@@ -363,6 +363,11 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
     finished = None if rescan else _up_to_date(config, limit_shards, listing)
     if finished is not None:
         return finished
+    from ..remote_code import trusted
+    from ..tokens.tokenizer_snapshot import prefetch_counting_tokenizer
+
+    # the tokenizer's saved snapshot is read in a thread while the rules, the loader's check and the manifest load
+    prefetch_counting_tokenizer(config.model.processor_path, trust_remote_code=trusted(config.model.processor_kwargs))
     from ..loader.servable import check_servable
     from ..tokens.factory import counting_path, video_sampling
     from ..tokens.rules import load_model_rules

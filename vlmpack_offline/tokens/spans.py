@@ -43,8 +43,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from transformers.utils.chat_template_utils import render_jinja_template
-
+from .hf_chat import chat_functions
 from .text_slots import TextSlots
 from .turn_marks import MarkedTemplate
 
@@ -301,7 +300,8 @@ _PROBES = (
 
 
 class ChatRenderer:
-    """Renders conversations with one chat template (HF's own Jinja environment) and finds assistant spans.
+    """Renders conversations with one chat template (HF's own Jinja environment: ``hf_chat.chat_functions``) and
+    finds assistant spans.
 
     ``one_render``: where the template streams its messages (``turn_marks``), a conversation's spans come
     from its one full render; False: always from prefix renders (the exact search alone)."""
@@ -360,7 +360,7 @@ class ChatRenderer:
         """One text per conversation; raises whatever Jinja raises."""
         if not conversations:
             return []
-        rendered, _ = render_jinja_template(
+        rendered, _ = chat_functions(self.template, self.special_tokens_map).render_jinja_template(
             conversations=[list(c) for c in conversations],
             chat_template=self.template,
             add_generation_prompt=add_generation_prompt,
@@ -447,7 +447,7 @@ class ChatRenderer:
 
     def _marker_spans(self, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
         """HF's ``{% generation %}`` spans (``return_assistant_tokens_mask``)."""
-        rendered, indices = render_jinja_template(
+        rendered, indices = chat_functions(self.template, self.special_tokens_map).render_jinja_template(
             conversations=[list(messages)],
             chat_template=self.template,
             return_assistant_tokens_mask=True,

@@ -14,6 +14,14 @@ ids and token ids equal the loaded tokenizer's on probe texts (every added token
 whitespace, scripts, a long text). Anything else (remote code, a slow or sentencepiece-only tokenizer, a probe
 that differs, a cache that cannot be written) loads ``AutoTokenizer`` as before.
 
+Read ahead: deserialising a large vocabulary is most of a small scan's start (0.35-0.5 s for Qwen's 151k tokens
+and merges), and ``tokenizers`` releases the GIL while it parses (``Tokenizer.from_file``; ``benchmarks/
+bench_startup.py``). So ``prefetch_counting_tokenizer`` starts that read in a thread as soon as a scan knows it
+has work (``stages/scan.run``), and the processor rules, the loader's check and the manifest's opening run
+meanwhile; ``load_counting_tokenizer`` takes the thread's result (waiting for it, and failing over exactly as a
+read in place does). A fork waits for every read in flight first (``os.register_at_fork``), so a forked worker
+never holds a half-read tokenizer.
+
 Cache: ``$VLMPACK_CACHE_DIR`` else ``~/.cache/vlmpack``, ``tokenizers/<key>/`` (the proof cache's root).
 """
 
@@ -23,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +41,7 @@ from ..disk_cache import cache_dir, key_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TokenizerSnapshot", "load_counting_tokenizer", "snapshot_key"]
+__all__ = ["TokenizerSnapshot", "load_counting_tokenizer", "prefetch_counting_tokenizer", "snapshot_key"]
 
 _FORMAT = 1  # bump when what is saved changes
 _PROBES = (
@@ -109,6 +118,57 @@ def load_counting_tokenizer(path: str, *, trust_remote_code: bool = False):
         if snapshot is not None:
             _write(_cache_dir() / key, snapshot)
     return tokenizer
+
+
+def prefetch_counting_tokenizer(path: str, *, trust_remote_code: bool = False) -> None:
+    """Start reading ``path``'s saved snapshot in a thread, where one is saved (module doc); a no-op otherwise."""
+    if trust_remote_code:
+        return
+    directory = _cache_dir() / snapshot_key(path)
+    if directory not in _READ_AHEAD and (directory / "facts.json").is_file():
+        _READ_AHEAD[directory] = _ReadAhead(directory / "backend.json")
+
+
+class _ReadAhead:
+    """``tokenizers.Tokenizer.from_file(path)`` in a daemon thread; ``result`` waits and returns or raises it."""
+
+    __slots__ = ("_thread", "_backend", "_error")
+
+    def __init__(self, path: Path) -> None:
+        self._backend = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, args=(path,), name="vlmpack-tokenizer-read", daemon=True)
+        self._thread.start()
+
+    def _read(self, path: Path) -> None:
+        try:
+            import tokenizers
+
+            self._backend = tokenizers.Tokenizer.from_file(str(path))
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is taken, as a read in place raises
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._backend
+
+
+_READ_AHEAD: dict[Path, _ReadAhead] = {}  # cache folder -> its backend's read, taken by _read
+
+
+def _settle_reads() -> None:
+    """Before a fork: every read in flight finishes (the child would hold a thread that no longer runs)."""
+    for read in list(_READ_AHEAD.values()):
+        read.wait()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_settle_reads)
 
 
 def snapshot_key(path: str) -> str:
@@ -233,13 +293,17 @@ def _write(directory: Path, snapshot: TokenizerSnapshot) -> None:
 
 
 def _read(directory: Path) -> TokenizerSnapshot | None:
+    ahead = _READ_AHEAD.pop(directory, None)  # taken whatever follows: a stale read is never used twice
     try:
         facts = json.loads((directory / "facts.json").read_text())
         if facts.get("format") != _FORMAT:
             return None
-        import tokenizers
+        if ahead is not None:
+            backend = ahead.result()
+        else:
+            import tokenizers
 
-        backend = tokenizers.Tokenizer.from_file(str(directory / "backend.json"))
+            backend = tokenizers.Tokenizer.from_file(str(directory / "backend.json"))
         added = [(int(i), _Added(content=c, special=s, normalized=n, lstrip=ls, rstrip=rs))
                  for i, c, s, n, ls, rs in facts["added"]]  # fmt: skip
         return _build(

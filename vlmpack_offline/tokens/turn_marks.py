@@ -19,7 +19,8 @@ The render replays what ``transformers.utils.chat_template_utils.render_jinja_te
 ``compiled_template.render`` (``_plain_template_data``, ``_alias_reasoning_fields``) with HF's own
 compiled environment (``_compile_jinja_template``: sandbox, ``trim_blocks``, ``raise_exception``, ...),
 and ``MarkedTemplate.build`` checks it against ``render_jinja_template`` on probe conversations before
-anything trusts it.
+anything trusts it. Those functions come from ``hf_chat.chat_functions`` (transformers' own file, run without
+importing transformers where proven to render the template alike).
 """
 
 from __future__ import annotations
@@ -28,16 +29,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from jinja2 import nodes
-from transformers.utils.chat_template_utils import render_jinja_template
 
-try:  # the private steps render_jinja_template takes (transformers 5.24); another version: nothing is marked
-    from transformers.utils.chat_template_utils import (
-        _alias_reasoning_fields,
-        _compile_jinja_template,
-        _plain_template_data,
-    )
-except ImportError:
-    _compile_jinja_template = None
+from .hf_chat import chat_functions
+
+# the private steps render_jinja_template takes (transformers 5.24); a release without them: nothing is marked
+_STEPS = ("_compile_jinja_template", "_plain_template_data", "_alias_reasoning_fields")
 
 __all__ = ["MARK", "MarkedTemplate", "streams_messages"]
 
@@ -50,6 +46,23 @@ _CONSTANT_NODES = (nodes.If, nodes.Output, nodes.TemplateData, nodes.Const, node
 
 
 @dataclass(frozen=True, slots=True)
+class _Steps:
+    """``render_jinja_template`` and the private steps it takes, from the module that renders the template."""
+
+    render: object  # render_jinja_template
+    compile: object  # _compile_jinja_template
+    plain: object  # _plain_template_data
+    alias: object  # _alias_reasoning_fields
+
+
+def _steps(template: str, variables: dict | None = None) -> _Steps | None:
+    """The template's render steps (``hf_chat.chat_functions``), or None where the release lacks a private one."""
+    chat = chat_functions(template, variables)
+    found = [getattr(chat, name, None) for name in _STEPS]
+    return None if None in found else _Steps(chat.render_jinja_template, *found)
+
+
+@dataclass(frozen=True, slots=True)
 class _Shape:
     loop: nodes.For  # the one top-level loop over the messages
     skips_first: bool  # it may run over messages[1:] (a system message rendered before it)
@@ -58,10 +71,11 @@ class _Shape:
 
 def streams_messages(template: str) -> bool:
     """Whether every prefix render of ``template`` is a cut of its full render plus a constant generation prompt."""
-    if _compile_jinja_template is None:
+    steps = _steps(template)
+    if steps is None:
         return False
     try:
-        env = _compile_jinja_template(template).environment
+        env = steps.compile(template).environment
         return _shape(env.parse(template)) is not None
     except Exception:  # noqa: BLE001 - a template Jinja cannot parse is not proven
         return False
@@ -203,11 +217,12 @@ def _walk_own_loop(node: nodes.Node, parent: nodes.Node | None = None):
 class MarkedTemplate:
     """A streaming template compiled with ``MARK`` written at the start of each message's iteration."""
 
-    __slots__ = ("_compiled", "_kwargs", "skips_first", "unproven_roles", "generation")
+    __slots__ = ("_compiled", "_kwargs", "_steps", "skips_first", "unproven_roles", "generation")
 
-    def __init__(self, compiled, kwargs: dict, shape: _Shape, generation: str) -> None:
+    def __init__(self, compiled, kwargs: dict, shape: _Shape, generation: str, steps: _Steps) -> None:
         self._compiled = compiled
         self._kwargs = kwargs
+        self._steps = steps
         self.skips_first = shape.skips_first  # the loop may start at messages[1]
         self.unproven_roles = shape.unproven_roles  # a conversation with a message of one of these is not served
         self.generation = generation  # the constant generation prompt G
@@ -216,25 +231,27 @@ class MarkedTemplate:
     def build(cls, template: str, kwargs: dict, probes: Sequence[Sequence[dict]]) -> MarkedTemplate | None:
         """The marked template, or None where the template is not proven to stream, or a probe conversation
         renders differently from ``render_jinja_template`` (marks out) or cannot find its generation prompt."""
-        if _compile_jinja_template is None:
+        steps = _steps(template, kwargs)
+        if steps is None:
             return None
+        render_jinja_template = steps.render
         try:
-            env = _compile_jinja_template(template).environment
+            env = steps.compile(template).environment
             tree = env.parse(template)
             shape = _shape(tree)
             if shape is None:
                 return None
             shape.loop.body.insert(0, nodes.Output([nodes.Name(_MARK_NAME, "load")]))
-            plain = _plain_template_data(dict(kwargs))
+            plain = steps.plain(dict(kwargs))
             if any(MARK in repr(value) or "\\ue002" in repr(value) for value in plain.values()):
                 return None
-            marked = cls(env.from_string(tree), plain, shape, "")
+            marked = cls(env.from_string(tree), plain, shape, "", steps)
             first = [probes[0][0]]
             with_prompt, without = (render_jinja_template(conversations=[first], chat_template=template,
                                                           add_generation_prompt=g, **kwargs)[0][0] for g in (True, False))  # fmt: skip
             if not with_prompt.startswith(without):
                 return None
-            marked = cls(marked._compiled, plain, shape, with_prompt[len(without) :])
+            marked = cls(marked._compiled, plain, shape, with_prompt[len(without) :], steps)
             for probe in probes:
                 expected = render_jinja_template(conversations=[list(probe)], chat_template=template, **kwargs)[0][0]
                 found = marked.render(probe)
@@ -263,12 +280,12 @@ class MarkedTemplate:
         (a role of ``unproven_roles``, a message that is no dict, a ``MARK`` that could stand for a skipped one)."""
         if self.unproven_roles and any(m.get("role") in self.unproven_roles for m in messages):
             return None
-        chat = _plain_template_data(list(messages))
+        chat = self._steps.plain(list(messages))
         if not all(isinstance(m, dict) for m in chat):
             return None  # render_jinja_template raises on a non-dict message
         if self.skips_first and "\\ue002" in repr(chat):  # a MARK in the data could stand for the skipped one
             return None
-        chat = _alias_reasoning_fields(chat)
+        chat = self._steps.alias(chat)
         return self._compiled.render(messages=chat, tools=None, documents=None, add_generation_prompt=False,
                                      **self._kwargs, **{_MARK_NAME: MARK})  # fmt: skip
 
@@ -283,9 +300,10 @@ class MarkedTemplate:
 
 def template_tree(template: str) -> nodes.Template | None:
     """``template`` parsed by HF's own chat-template environment, or None where it cannot be."""
-    if _compile_jinja_template is None:
+    steps = _steps(template)
+    if steps is None:
         return None
     try:
-        return _compile_jinja_template(template).environment.parse(template)
+        return steps.compile(template).environment.parse(template)
     except Exception:  # noqa: BLE001 - a template Jinja cannot parse is proven nothing
         return None
