@@ -7,7 +7,9 @@ For each container and length (stereo, 44.1 kHz; 48 kHz for Opus, which takes no
 ``decode_audio`` to 16 kHz mono plus ``transformers.WhisperFeatureExtractor(feature_size=128)`` (Qwen2.5-Omni's /
 Qwen3-Omni's settings) with ``padding=True, truncation=False, return_attention_mask=True``. Prints min and median
 of ``--repeat`` runs (the feature extractor: of fewer, it is the slow part) and the ratio (decode + features) /
-probe for both; the issue's target is 50x. Never exits non-zero on speed.
+probe for both; the issue's target is 50x. ``--containers flac`` runs only those rows; ``--flac-reference`` also
+times, in the same run, FLAC's PyAV path (``flac_walk`` switched off: what every .flac cost before it), and whether
+the walk answered. Never exits non-zero on speed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import platform
 import statistics
 import time
 
+from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media import decode_audio, probe_audio
+from vlmpack_offline.media.flac_walk import flac_samples
 from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
 
 CONTAINERS = ("wav", "flac", "mp3", "ogg", "m4a", "alac", "aac", "webm", "mka")
@@ -40,6 +44,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="timed probes and decodes per clip (min and median)")
     parser.add_argument("--seconds", type=float, nargs="+", default=[10.0, 60.0, 600.0], help="clip lengths")
     parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
+    parser.add_argument("--flac-reference", action="store_true", help="also time FLAC's PyAV path (walk off)")
     args = parser.parse_args()
 
     import torch
@@ -52,6 +57,7 @@ def main() -> None:
     print("| container | codec | clip | MB | probe min / median | decode min | features min | ratio min / median "
           "| >= 50x |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
+    references = []
     for container in CONTAINERS:
         if container not in args.containers:
             continue
@@ -72,6 +78,21 @@ def main() -> None:
                   f"| {len(data) / 1e6:.2f} | {probe[0] * 1e3:.2f} / {probe[1] * 1e3:.2f} ms | {decode[0] * 1e3:.1f} ms "
                   f"| {features[0] * 1e3:.1f} ms | {ratio[0]:.0f}x / {ratio[1]:.0f}x "
                   f"| {'yes' if min(ratio) >= TARGET else 'no'} |", flush=True)  # fmt: skip
+            if container == "flac" and args.flac_reference:
+                references.append((seconds, flac_samples(data) is not None, probe, _pyav_path(data, args.repeat)))
+    for seconds, walked, probe, pyav in references:
+        print(f"# flac {seconds:g} s: walk answered: {walked}; probe {probe[0] * 1e3:.2f} / {probe[1] * 1e3:.2f} ms, "
+              f"PyAV path {pyav[0] * 1e3:.2f} / {pyav[1] * 1e3:.2f} ms (min / median, same run)")
+
+
+def _pyav_path(data: bytes, repeat: int) -> tuple[float, float]:
+    """(min, median) seconds of ``probe_audio`` with ``flac_walk`` declining every file: the PyAV path."""
+    original = audio_module.flac_samples
+    audio_module.flac_samples = lambda data: None
+    try:
+        return _times(lambda: probe_audio(data, part="clip"), repeat)
+    finally:
+        audio_module.flac_samples = original
 
 
 if __name__ == "__main__":
