@@ -132,3 +132,22 @@ def test_a_changed_folder_or_a_damaged_cache_loads_afresh(tmp_path):
     assert not isinstance(tokenizer_snapshot._read(saved), TokenizerSnapshot)
     (saved / "facts.json").unlink()
     assert tokenizer_snapshot._read(saved) is None
+
+
+def test_a_snapshot_read_ahead_in_a_thread_is_the_same_and_fails_over_alike(tmp_path):
+    folder = str(build_processor_dir(tmp_path / "processor", "qwen2_5_vl"))
+    oracle = load_counting_tokenizer(folder)  # the first load: transformers' tokenizer, snapshot saved
+    texts = _corpus(oracle, seed=7)
+    tokenizer_snapshot.prefetch_counting_tokenizer(folder)  # what scan.run starts once it knows it has work
+    read_ahead = load_counting_tokenizer(folder)
+    assert isinstance(read_ahead, TokenizerSnapshot) and not tokenizer_snapshot._READ_AHEAD
+    assert read_ahead(texts, add_special_tokens=False)["input_ids"] == oracle(texts, add_special_tokens=False)["input_ids"]
+
+    saved = tmp_path / "cache" / "tokenizers" / snapshot_key(folder)
+    (saved / "backend.json").write_text("{ not json")
+    tokenizer_snapshot.prefetch_counting_tokenizer(folder)
+    again = load_counting_tokenizer(folder)  # the damaged read raised in its thread: transformers' tokenizer again
+    assert type(again).__module__.startswith("transformers.") and not tokenizer_snapshot._READ_AHEAD
+    assert again(texts, add_special_tokens=False)["input_ids"] == oracle(texts, add_special_tokens=False)["input_ids"]
+    tokenizer_snapshot.prefetch_counting_tokenizer(folder, trust_remote_code=True)  # never for a folder's own code
+    assert not tokenizer_snapshot._READ_AHEAD
