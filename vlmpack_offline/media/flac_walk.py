@@ -86,9 +86,12 @@ class _StreamInfo:
 def flac_samples(data: bytes) -> FlacStream | None:
     """The decoded length of a plain ``.flac`` file where its headers and CRCs prove it (module doc), else None."""
     info = _streaminfo(data)
-    crc = _crc16()
-    if info is None or info.total <= 0 or info.rate <= 0 or info.max_block < 16 or info.bits < 4 or crc is None:
+    if info is None or info.total <= 0 or info.rate <= 0 or info.max_block < 16 or info.bits < 4:
         return None
+    crc = _crc16()
+    if crc is None:
+        return None
+    data = data if isinstance(data, bytes) else bytes(data)  # the CRC reads the bytes object's own buffer
     candidates = np.array([match.start() for match in _SYNC.finditer(data, info.start)], dtype=np.int64)
     offsets, numbers, blocks, strategy = _headers(data, candidates)
     if not len(offsets) or offsets[0] != info.start:
