@@ -277,3 +277,17 @@ def test_flac_walk_answers_only_with_the_decoders_count(rate, channels, seconds,
                 wrong.append((at, mask, got.samples, _decoded(damaged)))
     assert not wrong, wrong
     assert walked  # the metadata's padding: flips the walk reads past
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [lambda data: b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10) + data, lambda data: data + b"TAG" + bytes(125)],
+    ids=["id3-before-fLaC", "id3v1-after-the-last-frame"],
+)
+def test_flac_the_walk_does_not_read_is_counted_by_the_pyav_path(edit):
+    """An ID3v2 tag before ``fLaC`` (FFmpeg skips it) and an ID3v1 trailer after the last frame (the parser hands it
+    to the decoder inside the last packet): the walk declines, and the PyAV path's count is the decoder's."""
+    data = edit(encode_audio("flac", samples=44100 * 2 + 5, sample_rate=44100, channels=2))
+    assert flac_samples(data) is None
+    info = probe_audio(data, part="tagged.flac")
+    assert (info.samples, info.sample_rate) == _decoded(data) == (44100 * 2 + 5, 44100)

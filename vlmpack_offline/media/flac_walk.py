@@ -76,6 +76,7 @@ class FlacStream:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _StreamInfo:
     start: int  # the first byte after the metadata blocks: where the parser starts
+    min_block: int
     max_block: int
     rate: int
     channels: int
@@ -86,7 +87,8 @@ class _StreamInfo:
 def flac_samples(data: bytes) -> FlacStream | None:
     """The decoded length of a plain ``.flac`` file where its headers and CRCs prove it (module doc), else None."""
     info = _streaminfo(data)
-    if info is None or info.total <= 0 or info.rate <= 0 or info.max_block < 16 or info.bits < 4:
+    if info is None or info.total <= 0 or not 0 < info.rate <= 655350 or not 16 <= info.min_block <= info.max_block \
+            or info.bits < 4:  # what FFmpeg's flac_probe and ff_flac_parse_streaminfo accept  # fmt: skip
         return None
     crc = _crc16()
     if crc is None:
@@ -158,8 +160,8 @@ def _streaminfo(data: bytes) -> _StreamInfo | None:
             raw = bytes(data[pos + 4 : pos + 38])
         pos += 4 + size
     fields = int.from_bytes(raw[10:18], "big")  # rate (20 bits), channels - 1 (3), bits - 1 (5), total (36)
-    return _StreamInfo(start=pos, max_block=int.from_bytes(raw[2:4], "big"), rate=fields >> 44,
-                       channels=((fields >> 41) & 7) + 1, bits=((fields >> 36) & 31) + 1,
+    return _StreamInfo(start=pos, min_block=int.from_bytes(raw[0:2], "big"), max_block=int.from_bytes(raw[2:4], "big"),
+                       rate=fields >> 44, channels=((fields >> 41) & 7) + 1, bits=((fields >> 36) & 31) + 1,
                        total=fields & ((1 << 36) - 1))  # fmt: skip
 
 
