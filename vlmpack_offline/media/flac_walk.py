@@ -117,8 +117,8 @@ def flac_samples(data: bytes) -> FlacStream | None:
     spans = crc(data)
     if any(spans(offsets, ends)):
         return None  # a damaged frame: the parser drops it or merges it (its samples lost)
-    if len(others):  # each candidate splits its frame into two spans, neither of which may check out alone
-        inside = np.searchsorted(offsets, others) - 1
+    if len(others):  # a link over a penalised candidate is CRC-checked on one side of it, "inverted": penalised
+        inside = np.searchsorted(offsets, others) - 1  # when that side checks out (check_header_mismatch)
         if not all(spans(offsets[inside], others)) or not all(spans(others, ends[inside])):
             return None
     return FlacStream(samples=info.total, sample_rate=info.rate, channels=info.channels)
