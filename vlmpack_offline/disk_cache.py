@@ -11,6 +11,7 @@ Where: ``$VLMPACK_CACHE_DIR`` else ``~/.cache/vlmpack``, one folder per kind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -32,8 +33,10 @@ def cache_dir(kind: str) -> Path:
     return Path(os.environ.get("VLMPACK_CACHE_DIR") or Path.home() / ".cache" / "vlmpack") / kind
 
 
+@functools.cache
 def version_of(package: str) -> str:
-    """The installed distribution's version, without importing it ("-" when absent)."""
+    """The installed distribution's version, without importing it ("-" when absent). Read once per process:
+    ``importlib.metadata`` searches every path entry for it, and a scan's start builds several keys."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

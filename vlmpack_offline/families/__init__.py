@@ -63,8 +63,11 @@ class _Families(Mapping[str, Family]):
     """``model_type -> Family`` for every type with a module here, each module imported on first access."""
 
     def __getitem__(self, model_type: str) -> Family:
-        module, name = _MODULES[model_type]
-        return getattr(importlib.import_module(f".{module}", __name__), name)
+        found = _LOADED.get(model_type)
+        if found is None:  # the first ask: every later one is a dict lookup (media_info asks once per media item)
+            module, name = _MODULES[model_type]
+            found = _LOADED[model_type] = getattr(importlib.import_module(f".{module}", __name__), name)
+        return found
 
     def __iter__(self) -> Iterator[str]:
         return iter(_MODULES)
@@ -76,6 +79,7 @@ class _Families(Mapping[str, Family]):
         return model_type in _MODULES
 
 
+_LOADED: dict[str, Family] = {}  # model_type -> its family object, once its module is imported
 FAMILIES: Mapping[str, Family] = _Families()
 
 
