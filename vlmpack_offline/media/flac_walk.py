@@ -11,10 +11,11 @@ What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_p
   link's penalty: 7 or 10 per field that differs between two headers (rate, sample size, channels, blocking
   strategy, ``check_header_fi_mismatch``), 7 for a frame number that does not follow, 50 for a CRC-16 that fails
   between them) and hands out each packet from a header to its best child; the last runs to the end of the file.
-  The sources read here compute the CRC-16 only on a penalised link; the FFmpeg PyAV ships (libavcodec 62) also
-  loses the samples of a frame whose coded data is damaged under a whole header (``tests/test_audio_walk.py``
-  flips every byte), so the walk requires every frame's CRC-16 to check out, which makes every link between
-  frames cost 0 under either rule;
+  The sources read here compute the CRC-16 only on a penalised link; the FFmpeg PyAV ships (libavcodec 62) loses
+  a frame's samples for one byte flipped in a frame's coded data under a whole header in some places and not in
+  others (in a 96-frame file: within the last ten frames, not in frames 5 or 50; in a 3-frame file: anywhere),
+  so the walk requires every frame's CRC-16 to check out, which makes every link between frames cost 0 under
+  either rule;
 - the decoder (flacdec.c) turns a packet into one frame of the header's block size.
 
 So where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata (fixed block size, one
