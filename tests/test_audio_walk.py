@@ -261,9 +261,9 @@ def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(_no_
 def test_flac_walk_answers_only_with_the_decoders_count(rate, channels, seconds, stride):
     """Every (``stride``-th) byte of a FLAC file of several frames, flipped whole and in its lowest bit: the walk
     either declines (None: the PyAV path decides, as before) or gives exactly the samples PyAV's decoder yields.
-    A flipped bit in a frame's coded data fails that frame's CRC-16, which FFmpeg's parser checks: it drops or
-    merges frames, so the walk declines; in a header it fails the CRC-8 and the chain; in the metadata's padding
-    it changes nothing."""
+    A flipped bit in a frame's coded data fails that frame's CRC-16 (FFmpeg's parser then loses a frame in files
+    this short), so the walk declines; in a header it fails the CRC-8 and the chain; in the metadata's padding it
+    changes nothing."""
     data = encode_audio("flac", samples=int(rate * seconds) + 3, sample_rate=rate, channels=channels, seed=5)
     assert flac_samples(data) is not None
     wrong, walked = [], 0
