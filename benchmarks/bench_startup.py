@@ -16,6 +16,8 @@ from this script's ``subprocess.run`` to its exit, ``--runs`` times each, min / 
                                    transformers, proves the loader can serve the folder, and keeps both
 
 The other scans run with a cache the first of them filled (untimed), as every later scan of that folder does.
+Beside each wall figure, the process's CPU seconds (user + system, every thread; ``getrusage`` of the children):
+what a busy machine's other programs do not inflate, and what the tokenizer's read-ahead thread adds.
 
 The scans run through ``python -m vlmpack_offline`` (the console script's own ``main``), with the synthetic
 inputs built once in a temporary folder::
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -75,12 +78,21 @@ def _inputs(root: Path) -> Path:
     return path
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+_CPU: dict[str, list[float]] = {}  # figure -> the CPU seconds (user + system, every thread) of each of its processes
+
+
+def _timed(argv: list[str], env: dict[str, str], figure: str = "") -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of one process and its output; its CPU seconds go to ``_CPU[figure]`` (the children's usage
+    before and after: one child at a time). CPU seconds are what other programs on a busy machine do not inflate."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise SystemExit(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    if figure:
+        _CPU.setdefault(figure, []).append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return seconds, done
 
 
@@ -102,31 +114,32 @@ def main(argv: list[str] | None = None) -> int:
         _timed([python, "-m", "vlmpack_offline", "scan", "--config", str(config), "--set",
                 f"data.work_dir={root / 'work-warm-up'}"], env)  # fmt: skip
         for run in range(args.runs):  # interleaved, so a busy moment of the machine blurs every figure alike
-            times["pass"].append(_timed([python, "-c", "pass"], env)[0])
-            times["help"].append(_timed([python, "-m", "vlmpack_offline", "--help"], env)[0])
+            times["pass"].append(_timed([python, "-c", "pass"], env, "pass")[0])
+            times["help"].append(_timed([python, "-m", "vlmpack_offline", "--help"], env, "help")[0])
             work = root / f"work-{run}"
             scan = [python, "-c", _FIRST_COMMIT, "scan", "--config", str(config), "--set", f"data.work_dir={work}"]
             launched = time.time()
-            seconds, done = _timed(scan, env)
+            seconds, done = _timed(scan, env, "scan")
             times["scan"].append(seconds)
             first = [line for line in done.stderr.splitlines() if line.startswith("FIRST_COMMIT ")]
             if not first or "1 ok" not in done.stdout:
                 raise SystemExit(f"the 1-sample scan did not count its sample:\n{done.stdout}\n{done.stderr}")
             times["first"].append(float(first[0].split()[1]) - launched)
-            seconds, done = _timed(scan, env)
+            seconds, done = _timed(scan, env, "noop")
             if "up to date" not in done.stdout:
                 raise SystemExit(f"the rerun was not a no-op:\n{done.stdout}")
             times["noop"].append(seconds)
             cold = {**env, "VLMPACK_CACHE_DIR": str(root / f"cache-{run}")}
-            times["cold"].append(_timed([*scan[:-1], f"data.work_dir={work}-new-folder"], cold)[0])
+            times["cold"].append(_timed([*scan[:-1], f"data.work_dir={work}-new-folder"], cold, "cold")[0])
     print("command:", shlex.join(["python", "benchmarks/bench_startup.py", *(sys.argv[1:] if argv is None else argv)]))
     print(f"wall per process, min / median / max of {args.runs} (cores: {os.cpu_count()}):")
-    print(f"  python -c pass                  {_spread(times['pass'])}")
-    print(f"  vlmpack --help                  {_spread(times['help'])}")
-    print(f"  vlmpack scan, 1 sample          {_spread(times['scan'])}  (target < 1.5 s)")
+    print(f"  python -c pass                  {_spread(times['pass'])}   CPU {_spread(_CPU['pass'])}")
+    print(f"  vlmpack --help                  {_spread(times['help'])}   CPU {_spread(_CPU['help'])}")
+    print(f"  vlmpack scan, 1 sample          {_spread(times['scan'])}   CPU {_spread(_CPU['scan'])}  (target < 1.5 s)")
     print(f"    first sample committed at     {_spread(times['first'])}")
-    print(f"  vlmpack scan, no-op rerun       {_spread(times['noop'])}  (target < 1 s)")
-    print(f"  vlmpack scan, new folder        {_spread(times['cold'])}  (its first scan on this machine)")
+    print(f"  vlmpack scan, no-op rerun       {_spread(times['noop'])}   CPU {_spread(_CPU['noop'])}  (target < 1 s)")
+    print(f"  vlmpack scan, new folder        {_spread(times['cold'])}   CPU {_spread(_CPU['cold'])}  (its first scan on "
+          "this machine)")
     return 0
 
 
