@@ -10,7 +10,8 @@ mix, Qwen-VL encoder columns; C = 8192) are generated 10M at a time into ``.npy`
   partitioned  the columns memory-mapped (``np.load(mmap_mode="r")``, as ``plan.run`` maps bins/ past the
                setting); ``bucket.build_bins`` packs partitions of ``--partition`` samples; ``plan.validate``
                a partition at a time; ``pack_costs``; ``plan.make_plan`` with its per-sample arrays in
-               scratch files; ``write_plan_arrays`` (pack_plan.npz). ``--partition`` >= N is today's planner.
+               scratch files; ``write_plan_arrays`` (pack_plan.npz). Only for N > ``--partition``: at or
+               below it the stages are today's planner, the next line.
   in memory    the same columns read whole into memory and the same calls with no partition and no scratch:
                today's planner, run only up to ``--in-memory-up-to`` (it needs ~48 bytes a sample).
 
@@ -87,15 +88,23 @@ def run_planner(folder: str, partition: int, mapped: bool, queue) -> None:
     columns = {c: np.load(folder / f"{c}.npy", mmap_mode="r" if mapped else None) for c in COLUMNS}
     samples = OkSamples(media_names=MEDIA_TYPES, **columns)
     work = folder / "work"
-    work.mkdir(exist_ok=True)
     config = _config(work, partition)
+    bucket.bins_dir(config).mkdir(parents=True, exist_ok=True)
     out_of_core = samples.n > partition
     t0 = time.perf_counter()
     groups = bucket.build_bins(samples, config)
     t_bucket = time.perf_counter() - t0
     t1 = time.perf_counter()
-    indexes, offsets, codes = flat_bins(groups)
-    del groups
+    if out_of_core:  # as the stages hand them over: bucket saves each group's packs, plan maps and joins them
+        meta = {"groups": [{"name": name} for name in groups]}
+        for name, (group_indexes, group_offsets, _) in groups.items():
+            np.save(bucket.bins_dir(config) / f"{name}.indexes.npy", group_indexes)
+            np.save(bucket.bins_dir(config) / f"{name}.offsets.npy", group_offsets)
+        del groups, group_indexes, group_offsets
+        indexes, offsets, codes, _ = plan._load_bins(config, meta, work / "plan-scratch")
+    else:  # today's: build_bins' arrays joined in memory (bench_pack.py)
+        indexes, offsets, codes = flat_bins(groups)
+        del groups
     overlong = np.zeros(0, np.int32)  # synthetic lengths are clipped to C
     plan.validate(indexes, offsets, samples.token_len, samples.n, CAPACITY, overlong,
                   rows_at_once=partition if out_of_core else None)
@@ -154,8 +163,8 @@ def main() -> None:
             bound = bound_of(folder)
             print(f"\n{n:,} samples: columns generated in {t_gen:.0f} s (not timed below), lower bound {bound:,}",
                   flush=True)
-            runs = [("partitioned" if n > partition else "one partition (today's)", partition, True)]
-            if n <= in_memory_up_to:
+            runs = [("partitioned", partition, True)] if n > partition else []  # else it is the in-memory planner
+            if n <= max(in_memory_up_to, partition):
                 runs.append(("in memory (today's)", max(n, 1000), False))
             for name, size, mapped in runs:
                 r = _in_child(run_planner, str(folder), size, mapped)

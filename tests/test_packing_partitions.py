@@ -65,15 +65,17 @@ def test_past_the_setting_every_ok_sample_is_planned_once_within_capacity(tmp_pa
     assert not (config.work_dir / "plan-scratch").exists()  # the streamed arrays are deleted once written
 
 
-def test_a_pack_never_crosses_a_partition(tmp_path):
+def test_only_the_repacked_tail_crosses_partitions(tmp_path):
     config = _config(tmp_path / "work")
     _write_manifest(config.work_dir, n=4600)
     bucket.run(config)
     plan.run(config)
     arrays = read_plan_arrays(config.work_dir)
     part = arrays.sample_index // PART
-    firsts = np.repeat(part[arrays.pack_offsets[:-1]], arrays.pack_sizes)
-    assert np.array_equal(part, firsts)
+    crossing = np.add.reduceat((part != np.repeat(part[arrays.pack_offsets[:-1]], arrays.pack_sizes)).astype(int),
+                               arrays.pack_offsets[:-1]) > 0
+    partitions, groups = -(-4600 // PART), len(bucket.read_bins_meta(config)["groups"])
+    assert crossing.sum() <= 16 * partitions * groups  # the re-packed tails (bucket._tail_packs) only
 
 
 @pytest.mark.parametrize("partition", [5000, 10_000])
@@ -103,22 +105,32 @@ def test_at_or_below_the_setting_the_bins_are_the_whole_planners(tmp_path):
     assert list(whole) == list(at)
     for name in whole:
         assert all(np.array_equal(a, b) for a, b in zip(whole[name][:2], at[name][:2], strict=True))
-    parted = bucket.build_bins(samples, _config(tmp_path, partition=4999))
+    parted = bucket.build_bins(samples, _config(tmp_path, partition=2000))
     assert any(not np.array_equal(whole[n][0], parted[n][0]) for n in whole)  # past it: partitions
 
 
-def test_partitions_are_packed_as_data_sets_of_their_own(tmp_path):
+def test_partitions_are_packed_as_data_sets_of_their_own_and_their_tails_again_together(tmp_path):
     samples = _samples(3500, seed=5)
     config = _config(tmp_path)
     parted = bucket.build_bins(samples, config)
-    alone = [bucket.build_bins(samples.rows(first, min(first + PART, samples.n)), config)
+    alone = [(first, bucket.build_bins(samples.rows(first, min(first + PART, samples.n)), config))
              for first in range(0, samples.n, PART)]
     for name, (indexes, offsets, _) in parted.items():
-        expected = [part[name][0] + first for part, first in zip(alone, range(0, samples.n, PART), strict=True)
-                    if name in part]
-        assert np.array_equal(indexes, np.concatenate(expected))
-        sizes = np.concatenate([np.diff(part[name][1]) for part in alone if name in part])
-        assert np.array_equal(np.diff(offsets), sizes)
+        kept, sparse = [], []
+        for first, part in alone:
+            if name not in part:
+                continue
+            idx, off, _ = part[name]
+            packs = [idx[a:b] + first for a, b in zip(off[:-1], off[1:], strict=True)]
+            tail = bucket._tail_packs(np.array([int(samples.token_len[p].sum()) for p in packs]), CAPACITY)
+            for pack, in_tail in zip(packs, tail, strict=True):
+                (sparse if in_tail else kept).append(pack)
+        got = [indexes[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        assert [p.tolist() for p in got[: len(kept)]] == [p.tolist() for p in kept]  # in partition order
+        tail = got[len(kept):]
+        assert sorted(np.concatenate(tail).tolist()) == sorted(np.concatenate(sparse).tolist()) if sparse else not tail
+        assert len(tail) <= len(sparse)
+        assert all(int(samples.token_len[p].sum()) <= CAPACITY for p in tail)
 
 
 def test_memory_mapped_columns_give_the_same_bins(tmp_path):
@@ -200,3 +212,33 @@ def test_released_pages_read_back_the_same_and_rows_copies_a_mapped_column(tmp_p
     plain = np.arange(5)
     assert rows(plain, 1, 3).base is plain  # an in-memory column is not copied
     assert lower_bound(np.array([6, 5]), 10) == 2
+
+
+def test_copies_past_the_setting_are_each_packed_and_kept_apart(tmp_path):
+    samples = _samples(3500, seed=6)
+    uses = (np.arange(samples.n) % 3 == 0).astype(np.uint16) + 1  # every third sample twice (a mixture's repeat)
+    uses[samples.token_len > CAPACITY] = 0
+    groups = bucket.build_bins(samples, _config(tmp_path), uses)
+    indexes = np.concatenate([g[0] for g in groups.values()])
+    assert np.array_equal(np.bincount(indexes, minlength=samples.n), uses)
+    for idx, off, together in groups.values():
+        twice = [np.unique(idx[a:b]).size < b - a for a, b in zip(off[:-1], off[1:], strict=True)]
+        assert sum(twice) <= together
+
+
+def test_the_partitions_of_the_sample_sets_here_leave_tails_to_repack(tmp_path):
+    samples = _samples(3500, seed=5)  # the set test_partitions_are_packed_as_data_sets... checks
+    config = _config(tmp_path)
+    sparse = 0
+    for first in range(0, samples.n, PART):
+        for idx, off, _ in bucket.build_bins(samples.rows(first, min(first + PART, samples.n)), config).values():
+            totals = np.add.reduceat(samples.token_len[idx + first].astype(np.int64), off[:-1])
+            sparse += int(bucket._tail_packs(totals, CAPACITY).sum())
+    assert sparse > 0
+
+
+def test_a_partitions_tail_is_its_few_emptiest_packs_under_99_percent():
+    totals = np.array([1000, 990, 500, 989, 10, 700, 1000])
+    assert bucket._tail_packs(totals, 1000).tolist() == [False, False, True, True, True, True, False]
+    many = np.arange(100, 140)  # every pack part-filled (long samples): only the 16 emptiest, bounded
+    assert np.flatnonzero(bucket._tail_packs(many, 1000)).tolist() == list(range(16))

@@ -172,7 +172,7 @@ def _write_npy(member, array: np.ndarray, piece: int = 1 << 24) -> None:
     step = max(1, piece // max(array.itemsize, 1))
     for count, first in enumerate(range(0, array.size, step), 1):
         member.write(array[first : first + step].data)
-        if count % 64 == 0:
+        if count % 16 == 0:  # 256 MiB of pages at most
             release(array)
     release(array)
 

@@ -16,7 +16,7 @@ import numpy as np
 __all__ = ["CHUNK", "counting_sort", "flatnonzero32", "pack_sums", "release", "rows"]
 
 CHUNK = 1 << 20  # elements per step: ~30 MB of scratch at most
-RELEASE_EVERY = 64  # chunks gathered from a memory-mapped array between two ``release`` calls (<= 64 Mi pages each)
+RELEASE_EVERY = 16  # chunks read from a memory-mapped array between two ``release`` calls (16 Mi elements' pages)
 
 Slice = Callable[[int, int], np.ndarray]  # (start, stop) -> that slice of a per-element array
 

@@ -54,7 +54,7 @@ from ..layouts import layout_for
 from ..manifest import Manifest, manifest_path
 from ..model_type import resolved_model_type
 from ..packing import PackLimits, lower_bound, pack_samples
-from ..packing._chunked import CHUNK, flatnonzero32, rows
+from ..packing._chunked import CHUNK, flatnonzero32, pack_sums, rows
 from ..packing.alignment import round_up
 from ..packing.copies import copies, separate_copies
 from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
@@ -155,26 +155,79 @@ def build_bins(samples: OkSamples, config: Config, uses: np.ndarray | None = Non
         return _pack_partition(samples, config, uses, unfit=unfit)
     names = ("mixed",) if config.packing.group_by == "none" else samples.media_names
     parts: dict[str, list[tuple[np.ndarray, np.ndarray, int]]] = {name: [] for name in names}
+    tails: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in names}
+    capacity = config.sample.max_token_len
     for first in range(0, samples.n, size):
         last = min(first + size, samples.n)
-        got = _pack_partition(samples.rows(first, last), config, None if uses is None else rows(uses, first, last),
-                              unfit=None if unfit is None else rows(unfit, first, last))
+        part, part_uses = samples.rows(first, last), None if uses is None else rows(uses, first, last)
+        got = _pack_partition(part, config, part_uses, unfit=None if unfit is None else rows(unfit, first, last))
+        aligned = config.alignment.aligned_int32(part.token_len)
+        copied = part_uses is not None and int(part_uses.max(initial=0)) > 1  # copies kept apart stay as packed
         for name, (indexes, offsets, together) in got.items():
+            sparse = _tail_packs(pack_sums(aligned, indexes, offsets), capacity)
             indexes += np.int32(first)  # the partition's own array: back to positions among all ok samples
+            if sparse.any() and not copied:
+                keep = np.repeat(~sparse, np.diff(offsets))
+                tails[name].append((indexes[~keep], aligned[indexes[~keep] - first]))
+                indexes, offsets = indexes[keep], np.concatenate([[0], np.cumsum(np.diff(offsets)[~sparse])])
             parts[name].append((indexes, offsets, together))
-        del got
+        del got, part, aligned
     out = {}
     for name in names:  # the groups in the order one partition lists them (media type code order)
         pieces = parts.pop(name)
+        if tails[name]:
+            pieces.append(_pack_tail(tails.pop(name), samples, config))
         if not pieces:
             continue
-        indexes = np.concatenate([piece[0] for piece in pieces])
         sizes = np.concatenate([np.diff(piece[1]) for piece in pieces])
         offsets = np.zeros(sizes.size + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        out[name] = (indexes, offsets, sum(piece[2] for piece in pieces))
-        del pieces, sizes
+        indexes, at, together = np.empty(int(offsets[-1]), np.int32), 0, sum(piece[2] for piece in pieces)
+        while pieces:  # each piece freed once copied: the group's indexes are held once, not twice
+            piece = pieces.pop(0)[0]
+            indexes[at : at + piece.size] = piece
+            at += piece.size
+            del piece
+        out[name] = (indexes, offsets, together)
+        del sizes
     return out
+
+
+_TAIL_FILL = 0.99  # a partition's packs filled less than this are packed again with the other partitions' (_tail_packs)
+_TAIL_PACKS = 16  # of them, at most this many per partition and group: the tail stays a few packs' samples
+
+
+def _tail_packs(totals: np.ndarray, capacity: int) -> np.ndarray:
+    """Bool per pack of one partition's group: its tail, the packs to pack again with the other partitions' tails.
+
+    Packed longest first, nearly every pack of a partition is full but the last few (the whole's packing has
+    the same few, once): under ``_TAIL_FILL`` of the capacity, at most ``_TAIL_PACKS`` of them (the emptiest,
+    ties by position), so the tail is bounded whatever the lengths (long samples leave many packs part-filled)."""
+    under = np.flatnonzero(totals < _TAIL_FILL * capacity)
+    if under.size > _TAIL_PACKS:
+        under = under[np.argsort(totals[under], kind="stable")[:_TAIL_PACKS]]
+    tail = np.zeros(totals.size, bool)
+    tail[under] = True
+    return tail
+
+
+def _pack_tail(tails: list[tuple[np.ndarray, np.ndarray]], samples: OkSamples,
+               config: Config) -> tuple[np.ndarray, np.ndarray, int]:
+    """The samples of the partitions' tails (``_tail_packs``), packed again together, at the end of their group:
+    partitions then cost about what one packing of the whole costs (the bound's few packs), and the plan meets
+    no run of part-filled packs, each its own cost, that no balanced slot can even out (a few per partition
+    and group otherwise; a step 1.3x its mean at 100M samples in partitions of 25M: docs/performance.md). A partition with copies of a sample (a mixture's)
+    keeps its packs as they are (``separate_copies`` kept the copies apart there), so no sample is here twice."""
+    items = np.concatenate([t[0] for t in tails])
+    packing = config.packing
+    limits = PackLimits(capacity=config.sample.max_token_len, max_samples=packing.max_samples_per_pack,
+                        max_media_tokens=packing.max_media_tokens_per_pack)
+    order = np.argsort(items, kind="stable")  # by sample index, as a partition lists its members
+    items = items[order]
+    lengths = np.concatenate([t[1] for t in tails])[order]
+    bins = pack_samples(lengths, limits, algorithm=packing.algorithm,
+                        media_tokens=None if limits.unlimited else np.asarray(samples.media_tokens[items]))
+    return items[bins.indexes].astype(np.int32), bins.offsets.astype(np.int64), 0
 
 
 def _pack_partition(samples: OkSamples, config: Config, uses: np.ndarray | None = None, *,

@@ -112,9 +112,10 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
                         "rerun `vlmpack bucket`")
     dropped = np.zeros(0, np.int64) if not over.size else np.sort(over)
     span = max(n_ok, 1) if rows_at_once is None else rows_at_once
+    spans = None if span >= n_ok else _chunk_spans(indexes)
     for low in range(0, n_ok, span):
         high = min(low + span, n_ok)
-        seen = _times_seen(indexes, low, high, whole=high - low == n_ok)
+        seen = _times_seen(indexes, low, high, spans)
         mine = dropped[np.searchsorted(dropped, low) : np.searchsorted(dropped, high)]
         seen[mine - low] += 1
         for first in range(low, high, CHUNK):  # expected: uses (default 1), 1 for a dropped sample
@@ -137,14 +138,19 @@ def validate(indexes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, n_ok
         raise PlanError(f"pack {p} holds {int(totals[p])} tokens > sample.max_token_len {capacity}: rerun bucket")
 
 
-def _times_seen(indexes: np.ndarray, low: int, high: int, *, whole: bool = True) -> np.ndarray:
+def _times_seen(indexes: np.ndarray, low: int, high: int,
+                spans: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """uint32 [high - low]: how many times each of the samples ``low..high-1`` is in ``indexes`` (``np.bincount``
-    in 4 bytes a sample, not its 8 plus an int64 copy of the input), counted a chunk at a time; ``whole``: every
-    index is in the range (no filter)."""
+    in 4 bytes a sample, not its 8 plus an int64 copy of the input), counted a chunk at a time. ``spans``: each
+    chunk's (smallest, largest) index (``_chunk_spans``), so a chunk that holds none of the range is skipped:
+    a partitioned bins' chunk holds one partition's samples, and every range reads only its own chunks;
+    None: every index is in the range."""
     seen = np.zeros(high - low, np.uint32)
     for step, first in enumerate(range(0, indexes.size, CHUNK), 1):
+        if spans is not None and (spans[1][first // CHUNK] < low or spans[0][first // CHUNK] >= high):
+            continue
         part = indexes[first : first + CHUNK]
-        if not whole:
+        if spans is not None:
             part = part[(part >= low) & (part < high)] - low
         present, times = np.unique(part, return_counts=True)
         seen[present] += times.astype(np.uint32)
@@ -152,6 +158,14 @@ def _times_seen(indexes: np.ndarray, low: int, high: int, *, whole: bool = True)
             release(indexes)
     release(indexes)
     return seen
+
+
+def _chunk_spans(indexes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per ``CHUNK`` of ``indexes``, its smallest and its largest index (one pass)."""
+    starts = range(0, indexes.size, CHUNK)
+    spans = [(int(indexes[a : a + CHUNK].min()), int(indexes[a : a + CHUNK].max())) for a in starts]
+    release(indexes)
+    return np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64)
 
 
 def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, group_names: tuple[str, ...],
@@ -237,7 +251,7 @@ def run(config: Config) -> StageResult:
     if not (out / "uses.npy").is_file():
         raise StaleArtifactError(f"{out} has no uses.npy (bins of an older vlmpack): rerun `vlmpack bucket`")
     uses, source = column("uses.npy"), column("source.npy")
-    indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta)
+    indexes, offsets, pack_group, group_names = _load_bins(config, bins_meta, scratch)
     capacity = config.sample.max_token_len
     if lengths.size != n_ok:
         raise PlanError(f"bins/lengths.npy has {lengths.size} samples, bins/meta.json says {n_ok}: rerun bucket")
@@ -302,7 +316,7 @@ def run(config: Config) -> StageResult:
                                "samples": stats.samples})
 
 
-_SCRATCH_FILES = ("aligned.npy", "sample_index.npy", "token_len.npy")
+_SCRATCH_FILES = ("aligned.npy", "indexes.npy", "sample_index.npy", "token_len.npy")
 
 
 def _scratch_dir(config: Config) -> Path:
@@ -390,17 +404,33 @@ def _stats_done(work_dir, plan_fp: str) -> bool:
         return False
 
 
-def _load_bins(config: Config, bins_meta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
-    """All groups' packs as one (indexes, offsets), the group code of each pack, and the group names."""
+def _load_bins(config: Config, bins_meta: dict,
+               scratch: Path | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """All groups' packs as one (indexes, offsets), the group code of each pack, and the group names.
+    ``scratch``: the groups' indexes are memory-mapped and joined into a mapped file there (``indexes.npy``) a
+    chunk at a time, so they are held by no one (4 bytes a sample); None: joined in memory."""
     parts, offs, codes, base, names = [], [np.zeros(1, np.int64)], [], 0, []
     for code, group in enumerate(bins_meta["groups"]):
-        idx = np.load(bins_dir(config) / f"{group['name']}.indexes.npy")
+        idx = np.load(bins_dir(config) / f"{group['name']}.indexes.npy", mmap_mode=None if scratch is None else "r")
         off = np.load(bins_dir(config) / f"{group['name']}.offsets.npy")
         parts.append(idx)
         offs.append(off[1:] + base)
         base += int(off[-1])
         codes.append(np.full(len(off) - 1, code, np.int8))
         names.append(group["name"])
-    indexes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    if scratch is None:
+        indexes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    else:
+        scratch.mkdir(parents=True, exist_ok=True)
+        indexes = open_memmap(scratch / "indexes.npy", "w+", np.int32, (sum(part.size for part in parts),))
+        at = 0
+        for part in parts:
+            for first in range(0, part.size, CHUNK):
+                piece = part[first : first + CHUNK]
+                indexes[at : at + piece.size] = piece
+                at += piece.size
+                if (first // CHUNK + 1) % RELEASE_EVERY == 0:
+                    release(part, indexes)
+            release(part, indexes)
     pack_group = np.concatenate(codes) if codes else np.zeros(0, np.int8)
     return indexes, np.concatenate(offs), pack_group, tuple(names)
