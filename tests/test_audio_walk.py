@@ -189,6 +189,8 @@ def _flipped_copies(data: bytes, stride: int, mask: int):
         ("aac", 44100, 1, 0.2, 2, 0x80),
         ("flac", 44100, 2, 0.32, 13, 0xFF),
         ("flac", 16000, 1, 0.3, 5, 0x01),
+        ("wav", 16000, 1, 0.05, 1, 0xFF),
+        ("wav", 44100, 2, 0.02, 1, 0x01),
     ],
 )
 def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, rate, channels, seconds, stride,

@@ -75,6 +75,7 @@ import numpy as np
 from ..reasons import DropError, Reason
 from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
 from .flac_walk import flac_samples
+from .wav_header import wav_samples
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
 
@@ -108,6 +109,9 @@ def probe_audio(data: bytes, *, part: str) -> AudioInfo:
     """The first audio stream's decoded length, rate and channels (module doc: per codec, from the header or by
     decoding). Raises ``DropError``: ``truncated_media`` when the file holds less than it claims, ``corrupt_media``
     when it is not readable audio or holds none."""
+    if (wav := wav_samples(data)) is not None:  # PCM in WAV, read as FFmpeg's demuxer and decoder read it
+        return AudioInfo(samples=wav.samples, sample_rate=wav.sample_rate, channels=wav.channels, codec=wav.codec,
+                         container="wav")  # fmt: skip
     if (flac := flac_samples(data)) is not None:  # FLAC in its own container, proven by its frame headers
         return AudioInfo(samples=flac.samples, sample_rate=flac.sample_rate, channels=flac.channels, codec="flac",
                          container="flac")  # fmt: skip
