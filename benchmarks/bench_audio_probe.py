@@ -9,7 +9,8 @@ Qwen3-Omni's settings) with ``padding=True, truncation=False, return_attention_m
 of ``--repeat`` runs (the feature extractor: of fewer, it is the slow part) and the ratio (decode + features) /
 probe for both; the issue's target is 50x. ``--containers flac`` runs only those rows; ``--flac-reference`` also
 times, in the same run, FLAC's PyAV path (``flac_walk`` switched off: what every .flac cost before it), and whether
-the walk answered. Never exits non-zero on speed.
+the walk answered; ``--wav-reference`` the same for WAV (``wav_header`` switched off: the PyAV path every .wav took
+before it). Never exits non-zero on speed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media import decode_audio, probe_audio
 from vlmpack_offline.media.flac_walk import flac_samples
+from vlmpack_offline.media.wav_header import wav_samples
 from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
 
 CONTAINERS = ("wav", "flac", "mp3", "ogg", "m4a", "alac", "aac", "webm", "mka")
@@ -45,6 +47,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, nargs="+", default=[10.0, 60.0, 600.0], help="clip lengths")
     parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
     parser.add_argument("--flac-reference", action="store_true", help="also time FLAC's PyAV path (walk off)")
+    parser.add_argument("--wav-reference", action="store_true", help="also time WAV's PyAV path (header read off)")
     args = parser.parse_args()
 
     import torch
@@ -79,20 +82,26 @@ def main() -> None:
                   f"| {features[0] * 1e3:.1f} ms | {ratio[0]:.0f}x / {ratio[1]:.0f}x "
                   f"| {'yes' if min(ratio) >= TARGET else 'no'} |", flush=True)  # fmt: skip
             if container == "flac" and args.flac_reference:
-                references.append((seconds, flac_samples(data) is not None, probe, _pyav_path(data, args.repeat)))
-    for seconds, walked, probe, pyav in references:
-        print(f"# flac {seconds:g} s: walk answered: {walked}; probe {probe[0] * 1e3:.2f} / {probe[1] * 1e3:.2f} ms, "
-              f"PyAV path {pyav[0] * 1e3:.2f} / {pyav[1] * 1e3:.2f} ms (min / median, same run)")
+                references.append((container, seconds, flac_samples(data) is not None, probe,
+                                   _pyav_path(data, args.repeat, "flac_samples")))  # fmt: skip
+            if container == "wav" and args.wav_reference:
+                references.append((container, seconds, wav_samples(data) is not None, probe,
+                                   _pyav_path(data, args.repeat, "wav_samples")))  # fmt: skip
+    for container, seconds, walked, probe, pyav in references:
+        print(f"# {container} {seconds:g} s: read without PyAV: {walked}; probe {probe[0] * 1e3:.2f} / "
+              f"{probe[1] * 1e3:.2f} ms, PyAV path {pyav[0] * 1e3:.2f} / {pyav[1] * 1e3:.2f} ms (min / median, same "
+              "run)")  # fmt: skip
 
 
-def _pyav_path(data: bytes, repeat: int) -> tuple[float, float]:
-    """(min, median) seconds of ``probe_audio`` with ``flac_walk`` declining every file: the PyAV path."""
-    original = audio_module.flac_samples
-    audio_module.flac_samples = lambda data: None
+def _pyav_path(data: bytes, repeat: int, reader: str) -> tuple[float, float]:
+    """(min, median) seconds of ``probe_audio`` with ``reader`` (``flac_samples`` or ``wav_samples``) declining
+    every file: the PyAV path."""
+    original = getattr(audio_module, reader)
+    setattr(audio_module, reader, lambda data: None)
     try:
         return _times(lambda: probe_audio(data, part="clip"), repeat)
     finally:
-        audio_module.flac_samples = original
+        setattr(audio_module, reader, original)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
 ``probesize``), and the probe's count is the number of samples that decoder hands out, found per codec::
 
     codec                     samples                                      proven by
-    pcm_* in WAV              data chunk bytes / block_align (FFmpeg's     the data chunk fits in the file
+    pcm_* in WAV: 8-32 bit    data chunk bytes / block_align, read off     the chunks are ones wavdec.c reads as
+    int, 32/64 bit float,     the RIFF chunks without PyAV (wav_header)    plain PCM: no IEC 61937 burst or MP3 /
+    EXTENSIBLE too                                                         AC-3 sync a probe could claim, one data
+                                                                           chunk of whole frames (else: next row)
+    pcm_* in other WAVs       data chunk bytes / block_align (FFmpeg's     the data chunk fits in the file
                               PCM decoder: bytes / (channels * width))     (audio_headers.walk)
     pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
                                                                            header's length
