@@ -220,13 +220,17 @@ def _spdif_ac3() -> bytes:
         (lambda: _riff(_fmt(1, 2, 16000, 12), _S16), "pcm_s16le"),  # 12 bits: not whole bytes
         (lambda: _riff(_fmt(1, 2, 16000, 16), _S16, before=_chunk(b"LIST", b"INFOINAM\x04\0\0\0\xff\xfe\x80\0")),
          None),  # metadata that is not UTF-8: PyAV does not open it  # fmt: skip
+        (lambda: _riff(_fmt(1, 2, 16000, 16), _S16, before=_chunk(b"LIST", b"IN")), None),  # "too short LIST tag"
+        (lambda: _riff(_fmt(1, 2, 16000, 16), _S16, before=_chunk(b"bext", b"short")), None),  # read on: PCM as text
         (lambda: b"RIFX" + _riff(_fmt(1, 2, 16000, 16), _S16)[4:], None),  # big-endian RIFX
     ],
-    ids=["iec61937-ac3", "mp3-as-pcm", "two-data-chunks", "partial-frame", "12-bit", "list-not-utf8", "rifx"],
+    ids=["iec61937-ac3", "mp3-as-pcm", "two-data-chunks", "partial-frame", "12-bit", "list-not-utf8", "list-short",
+         "bext-short", "rifx"],  # fmt: skip
 )
 def test_wavs_ffmpeg_reads_as_something_else_are_declined(build, codec):
     """Where FFmpeg's reading is more than ``bytes // block_align`` (an IEC 61937 burst or an MP3 in the data, a
-    second data chunk, a partial frame, bits that are not whole bytes, metadata PyAV cannot decode, RIFX), the walk
+    second data chunk, a partial frame, bits that are not whole bytes, metadata PyAV cannot decode or wavdec.c reads
+    past, RIFX), the walk
     declines, and the probe's answer is the PyAV path's."""
     data = build()
     assert wav_samples(data) is None

@@ -25,7 +25,7 @@ What FFmpeg does with a ``RIFF....WAVE`` file (libavformat/wavdec.c, riffdec.c, 
 BW64), a ``fmt `` of 16 bytes, 18 with cbSize 0, or 40 with an EXTENSIBLE PCM / float subformat whose valid bits
 are its container bits, 8/16/24/32-bit integer or 32/64-bit float, 1-8 channels, block_align = channels x bytes,
 the ``fmt `` before the one ``data`` chunk, every chunk inside the file, data a whole number of sample frames,
-``LIST`` and ``bext`` chunks in plain ASCII, no ``ID3``, ``XMA2`` or ``SMV0`` chunk, no IEC 61937 / DTS / TrueHD
+``LIST`` and ``bext`` chunks in plain ASCII and as long as wavdec.c reads them (4 and 602 bytes), no ``ID3``, ``XMA2`` or ``SMV0`` chunk, no IEC 61937 / DTS / TrueHD
 sync word in the probed bytes, and for pcm_s16le none of the MP3 / ADTS / LOAS / AC-3 sync patterns those probes
 need (one at the data's first byte, or chains of them in the probed bytes: ``_reprobed``). Anything else returns None:
 ``audio.py``'s PyAV path decides, as before.
@@ -45,7 +45,8 @@ _CODECS = {(1, 8): "pcm_u8", (1, 16): "pcm_s16le", (1, 24): "pcm_s24le", (1, 32)
 # KSDATAFORMAT_SUBTYPE_*: the tag, then riff.h's FF_MEDIASUBTYPE_BASE_GUID
 _SUBTYPE_BASE = bytes([0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71])
 _REFUSED = frozenset({b"ID3 ", b"id3 ", b"XMA2", b"SMV0"})  # chunks wavdec.c turns into more than metadata
-_METADATA = frozenset({b"LIST", b"bext"})  # read into the container's metadata, which PyAV decodes as UTF-8
+# chunks read into the container's metadata (which PyAV decodes as UTF-8) -> the bytes wavdec.c reads at least
+_METADATA = {b"LIST": 4, b"bext": 602}
 _PACKET = 4096  # wavdec.c's MAX_SIZE: bytes per packet, rounded down to block_align
 _PROBED = 2  # packets probe_codec reads under audio.py's probesize of 4096 (one; two where block_align cuts it)
 _SPDIF_FIRST = 1 << 15  # ff_spdif_probe: its first sync must lie in 2 * SPDIF_MAX_OFFSET bytes, or it scores 0
@@ -87,8 +88,8 @@ def wav_samples(data: bytes) -> WavStream | None:
         elif kind == b"fmt ":
             if (fmt := _fmt(data[pos + 8 : pos + 8 + chunk])) is None:
                 return None
-        elif kind in _METADATA and not data[pos + 8 : pos + 8 + chunk].isascii():
-            return None
+        elif kind in _METADATA and (chunk < _METADATA[kind] or not data[pos + 8 : pos + 8 + chunk].isascii()):
+            return None  # wavdec.c refuses a LIST under 4 bytes; a bext under 602 is read on into what follows
         pos += 8 + chunk + (chunk & 1)
     if fmt is None or start is None or not 0 < length <= size - start:
         return None
