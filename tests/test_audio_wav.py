@@ -209,6 +209,25 @@ def _spdif_ac3() -> bytes:
     return out.getvalue()
 
 
+def _act_pattern() -> bytes:
+    """16-bit PCM whose bytes 44-255 of the file are zeros, 256 is 0x84, 264-511 zeros: ACT's probe pattern."""
+    payload = bytearray(_S16)
+    payload[:212], payload[212], payload[213:468] = bytes(212), 0x84, bytes(255)
+    return bytes(payload)
+
+
+def _pyav_wav_options(options: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with av.open(out, "w", format="wav", options=options) as box:
+        stream = box.add_stream("pcm_s16le", rate=16000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(_as(next(signal_chunks(samples=1000, sample_rate=16000, channels=1)),
+                                               "s16"), format="s16", layout="mono")  # fmt: skip
+        frame.sample_rate, frame.pts = 16000, 0
+        box.mux(stream.encode(frame))
+        box.mux(stream.encode(None))
+    return out.getvalue()
+
+
 @pytest.mark.parametrize(
     ("build", "codec"),
     [
@@ -223,9 +242,11 @@ def _spdif_ac3() -> bytes:
         (lambda: _riff(_fmt(1, 2, 16000, 16), _S16, before=_chunk(b"LIST", b"IN")), None),  # "too short LIST tag"
         (lambda: _riff(_fmt(1, 2, 16000, 16), _S16, before=_chunk(b"bext", b"short")), None),  # read on: PCM as text
         (lambda: b"RIFX" + _riff(_fmt(1, 2, 16000, 16), _S16)[4:], None),  # big-endian RIFX
+        (lambda: _riff(_fmt(1, 1, 8000, 16), _act_pattern()), "g729"),  # act.c's probe outscores wav_probe
+        (lambda: _pyav_wav_options({"rf64": "always"}), "pcm_s16le"),  # RF64: the ds64 chunk's sizes
     ],
     ids=["iec61937-ac3", "mp3-as-pcm", "two-data-chunks", "partial-frame", "12-bit", "list-not-utf8", "list-short",
-         "bext-short", "rifx"],  # fmt: skip
+         "bext-short", "rifx", "act", "rf64"],  # fmt: skip
 )
 def test_wavs_ffmpeg_reads_as_something_else_are_declined(build, codec):
     """Where FFmpeg's reading is more than ``bytes // block_align`` (an IEC 61937 burst or an MP3 in the data, a
@@ -249,10 +270,22 @@ def test_ten_minutes_are_read_as_pyav_reads_them(_no_pyav_container):
     assert (info.samples, info.sample_rate, info.channels, info.codec, info.container) == _pyav(data)
 
 
+def _pyav_path(data: bytes, monkeypatch) -> tuple | None:
+    """``probe_audio``'s answer with the walk switched off (its PyAV path), None where it drops the file."""
+    with monkeypatch.context() as patch:
+        patch.setattr(audio_module, "wav_samples", lambda data: None)
+        try:
+            info = probe_audio(data, part="x.wav")
+        except DropError:
+            return None
+    return info.samples, info.sample_rate, info.channels, info.codec, info.container
+
+
 @pytest.mark.parametrize("mask", [0xFF, 0x01, 0x80])
-def test_flipped_header_bytes_are_declined_or_read_as_pyav_reads_them(mask):
+def test_flipped_header_bytes_are_declined_or_read_as_pyav_reads_them(mask, monkeypatch):
     """Every byte of the header region (RIFF, fmt, a LIST chunk, the data chunk's header, the first data bytes)
-    flipped in turn: the walk declines or answers exactly PyAV's (samples, rate, channels, codec, format)."""
+    flipped in turn: the walk declines or answers exactly what PyAV's decoder yields (samples, rate, channels,
+    codec, format) and what the probe's PyAV path answers."""
     data = _riff(_fmt(1, 2, 16000, 16), _S16[:4000], before=_chunk(b"LIST", b"INFO" + _chunk(b"ISFT", b"vlmpack")))
     assert _walked(data) == _pyav(data)
     wrong, walked = [], 0
@@ -263,7 +296,7 @@ def test_flipped_header_bytes_are_declined_or_read_as_pyav_reads_them(mask):
         if got is None:
             continue
         walked += 1
-        if got != _pyav(bytes(damaged)):
-            wrong.append((at, got, _pyav(bytes(damaged))))
+        if got != _pyav(bytes(damaged)) or got != _pyav_path(bytes(damaged), monkeypatch):
+            wrong.append((at, got, _pyav(bytes(damaged)), _pyav_path(bytes(damaged), monkeypatch)))
     assert not wrong, wrong
     assert walked  # the RIFF size, the byte rate, the LIST text, the data bytes: flips the walk reads past
