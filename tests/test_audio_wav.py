@@ -194,6 +194,25 @@ def _mp3_frames() -> bytes:
     return encode_audio("mp3", samples=44100, sample_rate=44100, channels=2)
 
 
+def _adts_frames() -> bytes:
+    """Two bytes of PCM, then 5 s of ADTS at 32 kbit/s (frames of about 100 bytes: some 80 chained in the walk's two
+    packets, past the chain it stands for), cut to whole 16-bit stereo frames. FFmpeg still reads PCM here (the
+    stream does not start at the data's first byte); the walk declines all the same."""
+    out = io.BytesIO()
+    with av.open(out, "w", format="adts") as box:
+        stream = box.add_stream("aac", rate=44100, layout="stereo", bit_rate=32000)
+        pts = 0
+        for chunk in signal_chunks(samples=5 * 44100, sample_rate=44100, channels=2):
+            for at in range(0, chunk.shape[1], 1024):
+                frame = av.AudioFrame.from_ndarray(chunk[:, at : at + 1024].copy(), format="fltp", layout="stereo")
+                frame.sample_rate, frame.pts = 44100, pts
+                pts += frame.samples
+                box.mux(stream.encode(frame))
+        box.mux(stream.encode(None))
+    payload = bytes([1, 2]) + out.getvalue()
+    return payload[: len(payload) // 4 * 4]
+
+
 def _spdif_ac3() -> bytes:
     """AC-3 frames in IEC 61937 bursts (PyAV's spdif muxer): what a DVD rip's "WAV" holds."""
     out = io.BytesIO()
@@ -233,6 +252,7 @@ def _pyav_wav_options(options: dict[str, str]) -> bytes:
     [
         (lambda: _riff(_fmt(1, 2, 48000, 16), _spdif_ac3()), "ac3"),  # set_spdif: the burst makes it AC-3
         (lambda: _riff(_fmt(1, 2, 44100, 16), _mp3_frames()[: len(_mp3_frames()) // 4 * 4]), "mp3"),  # probe_codec
+        (lambda: _riff(_fmt(1, 2, 44100, 16), _adts_frames()), "pcm_s16le"),  # an ADTS chain
         (lambda: _riff(_fmt(1, 2, 16000, 16), _S16 + _S16, before=b"data" + struct.pack("<I", 4) + bytes(4)),
          "pcm_s16le"),  # two data chunks  # fmt: skip
         (lambda: _riff(_fmt(1, 2, 16000, 16), _S16[:-1]), "pcm_s16le"),  # a partial sample frame at the end
@@ -245,7 +265,7 @@ def _pyav_wav_options(options: dict[str, str]) -> bytes:
         (lambda: _riff(_fmt(1, 1, 8000, 16), _act_pattern()), "g729"),  # act.c's probe outscores wav_probe
         (lambda: _pyav_wav_options({"rf64": "always"}), "pcm_s16le"),  # RF64: the ds64 chunk's sizes
     ],
-    ids=["iec61937-ac3", "mp3-as-pcm", "two-data-chunks", "partial-frame", "12-bit", "list-not-utf8", "list-short",
+    ids=["iec61937-ac3", "mp3-as-pcm", "adts-chain", "two-data-chunks", "partial-frame", "12-bit", "list-not-utf8", "list-short",
          "bext-short", "rifx", "act", "rf64"],  # fmt: skip
 )
 def test_wavs_ffmpeg_reads_as_something_else_are_declined(build, codec):

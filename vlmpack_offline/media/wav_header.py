@@ -25,10 +25,12 @@ What FFmpeg does with a ``RIFF....WAVE`` file (libavformat/wavdec.c, riffdec.c, 
 BW64), a ``fmt `` of 16 bytes, 18 with cbSize 0, or 40 with an EXTENSIBLE PCM / float subformat whose valid bits
 are its container bits, 8/16/24/32-bit integer or 32/64-bit float, 1-8 channels, block_align = channels x bytes,
 the ``fmt `` before the one ``data`` chunk, every chunk inside the file, data a whole number of sample frames,
-``LIST`` and ``bext`` chunks in plain ASCII and as long as wavdec.c reads them (4 and 602 bytes), no ``ID3``, ``XMA2`` or ``SMV0`` chunk, no IEC 61937 / DTS / TrueHD
-sync word in the probed bytes, and for pcm_s16le none of the MP3 / ADTS / LOAS / AC-3 sync patterns those probes
-need (one at the data's first byte, or chains of them in the probed bytes: ``_reprobed``). Anything else returns None:
-``audio.py``'s PyAV path decides, as before.
+``LIST`` and ``bext`` chunks in plain ASCII and as long as wavdec.c reads them (4 and 602 bytes), no ``ID3``,
+``XMA2`` or ``SMV0`` chunk, no IEC 61937 / DTS / TrueHD sync word in the probed bytes, and for pcm_s16le none of
+the MP3 / ADTS / LOAS / AC-3 sync patterns those probes need (one at the data's first byte, or chains of them in
+the probed bytes: ``_reprobed``). Anything else returns None: ``audio.py``'s PyAV path decides, as before.
+Probes of other demuxers are not replayed beyond ACT's and IEC 61937's (the spdif demuxer's own probe reads the
+same sync from the file's first bytes): ``tests/test_audio_wav.py`` holds the answers to PyAV's.
 """
 
 from __future__ import annotations
@@ -139,10 +141,10 @@ def _act(data: bytes) -> bool:
 
 
 def _reprobed(data: bytes, start: int, align: int, codec: str) -> bool:
-    """Whether FFmpeg's probes might read the data as another codec. For every PCM codec: an IEC 61937, DTS or
-    TrueHD sync in the bytes ``set_spdif`` and ``probe_codec`` read. For pcm_s16le (the one PCM codec
-    ``handle_stream_probing`` sends to ``probe_codec``, where a probe must score 50 to change the codec): a frame
-    sync at the data's first byte (MP3 / ADTS 0xFFE, LOAS 0x56E0, AC-3 0x0B77 either way; for MP3 after leading
+    """Whether FFmpeg's probes might read the data as another codec. For every PCM codec: an IEC 61937 sync in the
+    file's bytes up to 32 KiB into the data (``set_spdif``; the spdif demuxer's probe). For pcm_s16le (the one PCM
+    codec ``handle_stream_probing`` sends to ``probe_codec``, where a probe must score 50 to change the codec), in
+    the first two packets: a DTS or TrueHD sync, a frame sync at the data's first byte (MP3 / ADTS 0xFFE, LOAS 0x56E0, AC-3 0x0B77 either way; for MP3 after leading
     zeros, or an ID3 tag: the probes' ``first_frames`` path), or ``_LINKS`` syncs whose frame length (from their
     own header) lands on another sync, or as many AC-3 syncs: the ``max_frames`` paths need a chain of more than
     100 frames (ADTS, LOAS) or 200 (MP3, AC-3)."""
@@ -163,7 +165,7 @@ def _reprobed(data: bytes, start: int, align: int, codec: str) -> bool:
     at = at[(raw[at] == 0xFF) | (raw[at] == 0x56)]
     if len(at) < _LINKS:
         return False
-    b1, b2, b3, b4, b5 = (raw[at + k].astype(np.int64) for k in range(1, 6)) if len(raw) > 0 else ()
+    b1, b2, b3, b4, b5 = (raw[at + k].astype(np.int64) for k in range(1, 6))  # inside: at < len(raw) - 5
     mpeg, loas = raw[at] == 0xFF, raw[at] == 0x56
     starts = np.zeros(len(raw) + 8192 + 3, dtype=bool)
     starts[at] = True
