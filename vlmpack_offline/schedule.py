@@ -200,11 +200,15 @@ def _walk(costs: np.ndarray, order: np.ndarray, d: int, n: int,
           budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The walk of ``_slots`` over ``order`` (cheapest first): the slots, the packs it skipped, those left at its end."""
     sorted_costs = costs[order]
-    sums = np.concatenate([[0.0], np.cumsum(sorted_costs)])
+    sums = np.zeros(len(order) + 1)
+    np.cumsum(sorted_costs, out=sums[1:])
     windows = len(order) - d + 1
-    means = (sums[d : d + windows] - sums[:windows]) / d
-    spread = np.divide(sorted_costs[d - 1 : d - 1 + windows], means, out=np.ones(windows), where=means > 0)
-    del sorted_costs, sums, means
+    spread = np.ones(max(windows, 0))
+    for first in range(0, windows, _WINDOW):  # each window's mean and spread, a block at a time: no whole temporaries
+        last = min(first + _WINDOW, windows)
+        means = (sums[d + first : d + last] - sums[first:last]) / d
+        np.divide(sorted_costs[d - 1 + first : d - 1 + last], means, out=spread[first:last], where=means > 0)
+    del sorted_costs, sums
     starts = np.empty(n, np.int64)
     skipped, i, made = [], 0, 0
     near, base = [], 0  # spread[base : base + len(near)] as a list: scalar reads ~10x faster than from an array,
