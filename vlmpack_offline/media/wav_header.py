@@ -50,7 +50,9 @@ _REFUSED = frozenset({b"ID3 ", b"id3 ", b"XMA2", b"SMV0"})  # chunks wavdec.c tu
 # chunks read into the container's metadata (which PyAV decodes as UTF-8) -> the bytes wavdec.c reads at least
 _METADATA = {b"LIST": 4, b"bext": 602}
 _PACKET = 4096  # wavdec.c's MAX_SIZE: bytes per packet, rounded down to block_align
-_PROBED = 2  # packets probe_codec reads under audio.py's probesize of 4096 (one; two where block_align cuts it)
+# packets probe_codec reads under audio.py's probesize of 4096: demux.c ends it once raw_packet_buffer_size reaches
+# the probesize (one packet of 4096 bytes; two where block_align cuts the first short)
+_PROBED = 2
 _SPDIF_FIRST = 1 << 15  # ff_spdif_probe: its first sync must lie in 2 * SPDIF_MAX_OFFSET bytes, or it scores 0
 _SPDIF_SYNC = b"\x72\xf8\x1f\x4e"  # IEC 61937's Pa Pb (spdif.h SYNCWORD1 / 2) as ff_spdif_probe matches them
 # 4-byte syncs that a probe needs only a few times: IEC 61937 in the other byte order, DTS (dca_syncwords.h: 16-bit
