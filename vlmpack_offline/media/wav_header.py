@@ -35,7 +35,6 @@ same sync from the file's first bytes): ``tests/test_audio_wav.py`` holds the an
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,10 +54,11 @@ _PACKET = 4096  # wavdec.c's MAX_SIZE: bytes per packet, rounded down to block_a
 _PROBED = 2
 _SPDIF_FIRST = 1 << 15  # ff_spdif_probe: its first sync must lie in 2 * SPDIF_MAX_OFFSET bytes, or it scores 0
 _SPDIF_SYNC = b"\x72\xf8\x1f\x4e"  # IEC 61937's Pa Pb (spdif.h SYNCWORD1 / 2) as ff_spdif_probe matches them
-# 4-byte syncs that a probe needs only a few times: IEC 61937 in the other byte order, DTS (dca_syncwords.h: 16-bit
-# and 14-bit, big- and little-endian), MLP / TrueHD's major sync
-_SYNC4 = re.compile(rb"\xf8\x72\x4e\x1f|\x7f\xfe\x80\x01|\xfe\x7f\x01\x80|\x1f\xff\xe8\x00|\xff\x1f\x00\xe8|"
-                    rb"\xf8\x72\x6f[\xba\xbb]")  # fmt: skip
+# syncs that a probe needs only a few times: IEC 61937 in the other byte order, DTS (dca_syncwords.h: 16-bit and
+# 14-bit, big- and little-endian), MLP / TrueHD's major sync (0xF8726FBA / BB: its first three bytes); each found
+# by bytes' own C search (a regex alternation of them takes 3x as long)
+_SYNC4 = (b"\xf8\x72\x4e\x1f", b"\x7f\xfe\x80\x01", b"\xfe\x7f\x01\x80", b"\x1f\xff\xe8\x00", b"\xff\x1f\x00\xe8",
+          b"\xf8\x72\x6f")  # fmt: skip
 _LINKS = 50  # ADTS and LOAS probes score 50 with more than 100 chained frames, MP3 and AC-3 with more than 200
 
 
@@ -155,7 +155,7 @@ def _reprobed(data: bytes, start: int, align: int, codec: str) -> bool:
     if codec != "pcm_s16le":
         return False
     window = data[start : start + _PROBED * max(_PACKET // align * align, align) + 8]
-    if _SYNC4.search(window):
+    if any(sync in window for sync in _SYNC4):
         return True
     head = window.lstrip(b"\0")[:3]
     if _sync2(window[:2]) or _sync2(head[:2]) or head == b"ID3":
