@@ -366,7 +366,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
     from ..remote_code import trusted
     from ..tokens.tokenizer_snapshot import prefetch_counting_tokenizer
 
-    # the tokenizer's saved snapshot is read in a thread while the rules, the loader's check and the manifest load
+    # the tokenizer's saved snapshot is read in a thread from here (what of it frees the GIL overlaps the set-up)
     prefetch_counting_tokenizer(config.model.processor_path, trust_remote_code=trusted(config.model.processor_kwargs))
     from ..loader.servable import check_servable
     from ..tokens.factory import counting_path, video_sampling
