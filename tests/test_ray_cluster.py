@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from vlmpack_offline.config import config_from_dict
+from vlmpack_offline.executor import WorkerDiedError
 from vlmpack_offline.manifest import manifest_path
 from vlmpack_offline.stages import bucket, plan, scan, write
 from vlmpack_offline.synthetic.shards import generate_dataset
@@ -97,10 +98,10 @@ class _Removal:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def _remove_held_node(sim, marker: Path, committed, over, *, at_least: int) -> _Removal:
+def _remove_held_node(sim, marker: Path, committed, over, *, at_least: int, every_node: bool = False) -> _Removal:
     """Start a thread that, once the held task has written ``marker`` and ``committed()`` reaches
-    ``at_least``, removes the node that task runs on (SIGKILL, no graceful shutdown); ``over()``
-    says whether the stage had ended by then."""
+    ``at_least``, removes the node that task runs on (SIGKILL, no graceful shutdown), and with
+    ``every_node`` every other worker node after it; ``over()`` says whether the stage had ended by then."""
     removal = _Removal()
 
     def watch() -> None:
@@ -114,6 +115,8 @@ def _remove_held_node(sim, marker: Path, committed, over, *, at_least: int) -> _
             removal.node_id = marker.read_text()
             node = next(n for n in sim.worker_nodes if n.node_id == removal.node_id)
             sim.remove_node(node, allow_graceful=False)
+            for other in list(sim.worker_nodes) if every_node else ():
+                sim.remove_node(other, allow_graceful=False)
         except Exception as exc:  # reported by the test, which fails on it
             removal.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -204,3 +207,33 @@ def test_write_on_four_nodes_with_one_lost_mid_write_equals_the_one_process_writ
     _check_removed(cluster, removal, at_least=3)
     assert not list(packed.rglob("*.tmp"))
     assert _hashes(packed) == reference
+
+
+def test_a_cluster_left_without_a_cpu_stops_the_scan_with_one_line_and_a_rerun_resumes(
+    cluster, local_run, qwen25_processor_dir, tmp_path, monkeypatch
+):
+    """Every worker node lost mid-scan: the tasks left are pending, not failed, so Ray's retries never end the
+    wait. After ``process.ray_wait_for_cpu_s`` with no CPU in the cluster the scan stops with one line; the shards
+    committed before stay, and once nodes are back the same command resumes to the one-process manifest."""
+    marker = tmp_path / "held"
+    monkeypatch.setenv("VLMPACK_TEST_RAY_HOLD", f"scan:5:{marker}")
+    config = _config(local_run, qwen25_processor_dir, tmp_path / "work", tmp_path / "packed", executor="ray",
+                     ray_address=cluster.address, ray_wait_for_cpu_s=2.0)  # fmt: skip
+    committed = _committed_shards(config.work_dir)
+    removal = _remove_held_node(cluster, marker, committed, lambda: committed() == N_SHARDS, at_least=3,
+                                every_node=True)  # fmt: skip
+
+    with pytest.raises(WorkerDiedError, match=r"no CPU for 2 s while scan tasks wait") as raised:
+        scan.run(config)
+
+    assert removal.done.wait(_WATCH_S) and not removal.error, removal.error
+    assert not cluster.worker_nodes and "\n" not in str(raised.value)
+    before = committed()
+    assert 3 <= before < N_SHARDS  # the held shard was never committed
+    for _ in range(WORKER_NODES):
+        cluster.add_node(num_cpus=1, object_store_memory=_STORE)
+    cluster.wait_for_nodes()
+    monkeypatch.delenv("VLMPACK_TEST_RAY_HOLD")
+    assert scan.run(config).counts["shards_scanned"] == N_SHARDS - before
+    assert (config.work_dir / "manifest.jsonl").read_bytes() == (local_run / "work" / "manifest.jsonl").read_bytes()
+    assert _tables(config.work_dir) == _tables(local_run / "work")

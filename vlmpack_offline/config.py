@@ -157,6 +157,9 @@ class ProcessConfig:
     workers: int = 1  # processes for scan and write (one tokenizer per process); Ray: CPUs of a local cluster
     executor: Literal["local", "ray"] = "local"  # local: processes here; ray: one task per shard (ray_executor.py)
     ray_address: str | None = None  # Ray cluster to join ("auto", "host:port"); null: env RAY_ADDRESS, else a local one
+    # Ray: how long the driver waits while the cluster has no CPU to run its tasks (every worker node gone, or an
+    # autoscaler not yet started one) before it stops with one line; a rerun resumes. null: wait for ever
+    ray_wait_for_cpu_s: float | None = 600.0
     # a sample that takes longer to read and count is dropped as too_slow and the worker moves on (machine-dependent:
     # the one exception to byte-identical artifacts; not in the scan's fingerprint: a rerun with a larger budget
     # rescans the shards that have too_slow samples); null: no budget
@@ -491,6 +494,9 @@ def _check(config: Config) -> None:
     if budget is not None and not 0 < budget <= MAX_BUDGET:
         raise ConfigError(f"{src}: process.max_seconds_per_sample must be > 0 and at most {MAX_BUDGET:g} seconds, "
                           f"or null for no budget; got {budget:g}")
+    if config.process.ray_wait_for_cpu_s is not None and not config.process.ray_wait_for_cpu_s > 0:
+        raise ConfigError(f"{src}: process.ray_wait_for_cpu_s = {config.process.ray_wait_for_cpu_s!r} must be a positive "
+                          "number of seconds, or null to wait for ever")
     if config.process.ray_address is not None and config.process.executor != "ray":
         raise ConfigError(f"{src}: process.ray_address is set but process.executor is {config.process.executor!r}: "
                           "set process.executor: ray, or remove process.ray_address")

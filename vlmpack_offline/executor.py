@@ -188,7 +188,8 @@ def stage_map(
         from .ray_executor import ray_map  # ray is optional: imported only when asked for
 
         return ray_map(fn, items, workers=process.workers, address=process.ray_address, initializer=initializer,
-                       initargs=initargs, ordered=ordered, stage=stage)  # fmt: skip
+                       initargs=initargs, ordered=ordered, stage=stage,
+                       wait_for_cpu_s=process.ray_wait_for_cpu_s)  # fmt: skip
     return process_map(fn, items, workers=workers, initializer=initializer, initargs=initargs,
                        ordered=ordered, stage=stage, own_process=own_process)  # fmt: skip
 

@@ -170,7 +170,35 @@ def _maybe_die(stage: str, done: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _unwrap(ray, ref, stage: str):
+_POLL_S = 1.0  # how often a waiting driver asks whether the cluster still has a CPU
+
+
+def _first_ready(ray, refs: list, stage: str, wait_for_cpu_s: float | None):
+    """The first of ``refs`` to finish. While none does, the cluster's CPUs are watched: with none for
+    ``wait_for_cpu_s`` (every worker node lost; ``process.ray_wait_for_cpu_s``) the stage stops with one line
+    instead of waiting for ever for a node that may never come. Tasks are then pending, not failed, so Ray's
+    retries (``MAX_RETRIES``) never end such a wait by themselves."""
+    without_cpu = None
+    while True:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=_POLL_S)
+        if ready:
+            return ready[0]
+        if wait_for_cpu_s is None:
+            continue
+        if ray.cluster_resources().get("CPU", 0) > 0:
+            without_cpu = None
+            continue
+        without_cpu = without_cpu if without_cpu is not None else time.monotonic()
+        if time.monotonic() - without_cpu >= wait_for_cpu_s:
+            raise WorkerDiedError(
+                f"the Ray cluster has had no CPU for {wait_for_cpu_s:g} s while {stage} tasks wait (every worker "
+                "node gone?): start worker nodes and rerun the same command to resume (finished shards are kept), "
+                "or raise process.ray_wait_for_cpu_s where an autoscaler starts nodes slowly"
+            )
+
+
+def _unwrap(ray, ref, stage: str, wait_for_cpu_s: float | None = None):
+    _first_ready(ray, [ref], stage, wait_for_cpu_s)
     try:
         ok, value = ray.get(ref)
     except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
@@ -198,6 +226,7 @@ def ray_map(
     initargs: tuple = (),
     ordered: bool = True,
     stage: str = "this stage",
+    wait_for_cpu_s: float | None = None,
 ) -> Iterator[R]:
     """``executor.process_map`` on Ray: ``fn(item)`` per item as one task, results to the driver."""
     ray = ensure_ray(workers=workers, address=address)
@@ -222,10 +251,9 @@ def ray_map(
             if ordered:
                 ref = running.popleft()
             else:
-                ready, _ = ray.wait(list(running), num_returns=1)
-                ref = ready[0]
+                ref = _first_ready(ray, list(running), stage, wait_for_cpu_s)
                 running.remove(ref)
-            result = _unwrap(ray, ref, stage)
+            result = _unwrap(ray, ref, stage, wait_for_cpu_s)
             running.extend(submit(1))
             yield result
             done += 1
@@ -241,10 +269,11 @@ class RayTaskPool:
     Futures answer ``result()``, as ``concurrent.futures`` ones do (write's shard writers).
     """
 
-    def __init__(self, fn: Callable[..., R], shared: tuple, *, workers: int, address: str | None, stage: str):
+    def __init__(self, fn: Callable[..., R], shared: tuple, *, workers: int, address: str | None, stage: str,
+                 wait_for_cpu_s: float | None = None):  # fmt: skip
         self._ray = ensure_ray(workers=workers, address=address)
         self._task = _remote(self._ray)
-        self._fn, self._stage = fn, stage
+        self._fn, self._stage, self._wait_for_cpu_s = fn, stage, wait_for_cpu_s
         self._shared = self._ray.put(shared)
         self._submitted: list = []
 
@@ -256,7 +285,7 @@ class RayTaskPool:
         hook = _hook_for(self._stage, len(self._submitted), crash_hook=False)
         ref = self._task.remote(self._fn, None, "", (), item, hook, self._shared)
         self._submitted.append(ref)
-        return _RayFuture(self._ray, ref, self._stage)
+        return _RayFuture(self._ray, ref, self._stage, self._wait_for_cpu_s)
 
     def __enter__(self) -> RayTaskPool:
         return self
@@ -268,8 +297,8 @@ class RayTaskPool:
 
 
 class _RayFuture:
-    def __init__(self, ray, ref, stage: str) -> None:
-        self._ray, self._ref, self._stage = ray, ref, stage
+    def __init__(self, ray, ref, stage: str, wait_for_cpu_s: float | None) -> None:
+        self._ray, self._ref, self._stage, self._wait_for_cpu_s = ray, ref, stage, wait_for_cpu_s
 
     def result(self):
-        return _unwrap(self._ray, self._ref, self._stage)
+        return _unwrap(self._ray, self._ref, self._stage, self._wait_for_cpu_s)

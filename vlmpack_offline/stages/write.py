@@ -406,7 +406,8 @@ def _shard_writers(config: Config, shared: tuple):
         from ..ray_executor import RayTaskPool
 
         return RayTaskPool(_write_shard, shared, workers=config.process.workers,
-                           address=config.process.ray_address, stage="write")  # fmt: skip
+                           address=config.process.ray_address, stage="write",
+                           wait_for_cpu_s=config.process.ray_wait_for_cpu_s)  # fmt: skip
     return _ThreadWriters(shared, max(1, config.process.workers))
 
 
