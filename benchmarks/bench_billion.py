@@ -25,7 +25,6 @@ the gap to the lower bound (sum over media groups, as bucket's meta), and the sc
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import resource
 import shlex
 import shutil
@@ -38,7 +37,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pack import CAPACITY, flat_bins, synthetic  # noqa: E402
+from bench_pack import CAPACITY, _in_child, flat_bins, synthetic  # noqa: E402
 
 from vlmpack_offline.config import config_from_dict  # noqa: E402
 from vlmpack_offline.packing.cost import pack_costs  # noqa: E402
@@ -126,16 +125,6 @@ def run_planner(folder: str, partition: int, mapped: bool, queue) -> None:
                    peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, peak_bucket=peak_bucket))
     del arrays
     shutil.rmtree(work)
-
-
-def _in_child(target, *args) -> dict:
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=target, args=(*args, queue))
-    child.start()
-    result = queue.get()
-    child.join()
-    return result
 
 
 def _count(text: str) -> int:
