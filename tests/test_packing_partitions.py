@@ -242,3 +242,33 @@ def test_a_partitions_tail_is_its_few_emptiest_packs_under_99_percent():
     assert bucket._tail_packs(totals, 1000).tolist() == [False, False, True, True, True, True, False]
     many = np.arange(100, 140)  # every pack part-filled (long samples): only the 16 emptiest, bounded
     assert np.flatnonzero(bucket._tail_packs(many, 1000)).tolist() == list(range(16))
+
+
+def test_a_changed_setting_that_does_not_apply_leaves_bins_and_plan_current(tmp_path):
+    """At or below the setting the bins are those of no partitioning, so changing it there rebuilds nothing;
+    past it, bucket rebuilds, names the setting, and says how many partitions it packed."""
+    small = _config(tmp_path / "work", partition=5000)
+    _write_manifest(small.work_dir, n=4600)
+    bucket.run(small)
+    plan.run(small)
+    lower = _config(tmp_path / "work", partition=4700)  # still above the ok samples: nothing to redo
+    assert bucket.run(lower).skipped and plan.run(lower).skipped
+    past = _config(tmp_path / "work", partition=PART)
+    result = bucket.run(past)
+    assert not result.skipped
+    assert any(line.startswith("packed in 5 partitions of at most 1,000 ok samples") for line in result.summary)
+    assert "packing.partition_samples" in bucket.read_bins_meta(past)["settings"]
+    with pytest.raises(Exception, match=r"packing\.partition_samples 1000 -> 2000"):
+        plan.run(_config(tmp_path / "work", partition=2000))  # past it too: another partitioning, stale bins
+
+
+def test_a_killed_partitioned_plans_scratch_is_removed_by_the_next_plan_partitioned_or_not(tmp_path):
+    config = _config(tmp_path / "work", partition=5000)
+    _write_manifest(config.work_dir, n=4600)
+    scratch = config.work_dir / "plan-scratch"
+    scratch.mkdir(parents=True)
+    for name in ("indexes.npy", "sample_index.npy", "token_len.npy"):  # what a kill -9 mid-plan leaves
+        (scratch / name).write_bytes(b"\0" * 64)
+    bucket.run(config)
+    plan.run(config)
+    assert not scratch.exists()

@@ -87,12 +87,18 @@ _PLAN_ONLY = {"packing": ("seed", "balance_world_size", "cost"),
               "parallel": ("data_parallel_size", "micro_batches_per_step", "loader_workers")}
 
 
-def bins_settings(config: Config) -> dict:
-    """What the bins depend on besides the manifest, flat by name (``provenance.flat_settings``)."""
+def bins_settings(config: Config, n_ok: int | None = None) -> dict:
+    """What the bins depend on besides the manifest, flat by name (``provenance.flat_settings``).
+
+    ``packing.partition_samples`` only where it applies (``partitioned``): at or below it the bins are the bytes
+    of no partitioning, so a changed value there rebuilds nothing (and bins made before the setting existed stay
+    current)."""
     sections = section_fingerprint_payload(config, "sample", "packing", "parallel")
     for section, keys in _PLAN_ONLY.items():
         for key in keys:
             sections[section].pop(key)
+    if not partitioned(config, n_ok):
+        sections["packing"].pop("partition_samples")
     if config.data.sources:  # the mixture's rules and the seed of its draws (not the sources' shards: the scan's)
         sections["mixture"] = {"rules": {r.name: {"kind": r.kind, "value": r.value} for r in rules_of(config)},
                                "order": [r.name for r in rules_of(config)], "by": config.data.mix_by,
@@ -101,8 +107,17 @@ def bins_settings(config: Config) -> dict:
     return flat_settings(sections)
 
 
-def bins_fingerprint(config: Config, manifest_fp: str) -> str:
-    return fingerprint({"settings": bins_settings(config), "manifest": manifest_fp})
+def bins_fingerprint(config: Config, manifest_fp: str, n_ok: int | None = None) -> str:
+    return fingerprint({"settings": bins_settings(config, n_ok), "manifest": manifest_fp})
+
+
+def partitioned(config: Config, n_ok: int | None = None) -> bool:
+    """Whether bucket packs the ok samples in partitions (more of them than ``packing.partition_samples``).
+    ``n_ok``: their number; None: the one the current bins record (where there are none, or they were built from
+    another manifest, the bins are rebuilt whatever this says, and their record is then made with the count)."""
+    if n_ok is None:
+        n_ok = (read_bins_meta(config) or {}).get("n_ok")
+    return n_ok is None or n_ok > config.packing.partition_samples
 
 
 def read_bins_meta(config: Config) -> dict | None:
@@ -377,7 +392,8 @@ def run(config: Config) -> StageResult:
     losses = Losses(total=samples.n + sum(samples.drops.values()),
                     by_reason={**samples.drops, Reason.OVERLONG: len(overlong), Reason.LAYOUT_UNFIT: n_unfit})
     meta = {
-        "stage": "bucket", "fingerprint": expected, "settings": bins_settings(config), "manifest_fingerprint": manifest_fp,
+        "stage": "bucket", "fingerprint": bins_fingerprint(config, manifest_fp, samples.n),
+        "settings": bins_settings(config, samples.n), "manifest_fingerprint": manifest_fp,
         "capacity": capacity, "alignment": alignment.record(),
         "algorithm": config.packing.algorithm, "group_by": config.packing.group_by,
         "sample_type": config.sample.sample_type,
@@ -390,6 +406,10 @@ def run(config: Config) -> StageResult:
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
     summary += [f"  {g['name']}: {g['n_samples']} samples, {g['n_packs']} packs" for g in group_meta]
+    if partitioned(config, samples.n):
+        size = config.packing.partition_samples
+        summary.append(f"packed in {-(-samples.n // size)} partitions of at most {size:,} ok samples (packing."
+                       "partition_samples), each partition's part-filled packs packed again together")
     if config.data.sources:
         summary += mixture_lines(mixture)
     together = sum(g["copies_together"] for g in group_meta)

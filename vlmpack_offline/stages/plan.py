@@ -47,9 +47,12 @@ __all__ = ["run", "plan_fingerprint", "order_packs", "validate", "make_plan"]
 
 
 def plan_settings(config: Config) -> dict:
-    """What the plan depends on besides the bins, flat by name (``provenance.flat_settings``)."""
-    return flat_settings({"cost_model": cost_model(config).record(),
-                          **section_fingerprint_payload(config, "sample", "packing", "parallel", "split")})
+    """What the plan depends on besides the bins, flat by name (``provenance.flat_settings``).
+    ``packing.partition_samples`` is not among them: it changes the bins (their fingerprint is the plan's), never
+    the plan made from them (streamed past it, the same bytes)."""
+    sections = section_fingerprint_payload(config, "sample", "packing", "parallel", "split")
+    sections["packing"].pop("partition_samples")
+    return flat_settings({"cost_model": cost_model(config).record(), **sections})
 
 
 def plan_fingerprint(config: Config) -> tuple[str, str]:
@@ -303,10 +306,7 @@ def run(config: Config) -> StageResult:
                 mixture_series=mixture_series)
     balance_lines = _balance_lines(plan_arrays, schedule)
     del plan_arrays
-    if scratch is not None:  # the plan's per-sample arrays are in pack_plan.npz now
-        for name in _SCRATCH_FILES:
-            (scratch / name).unlink(missing_ok=True)
-        scratch.rmdir()
+    _remove_scratch(config)  # the plan's per-sample arrays are in pack_plan.npz now (or a killed run's, left)
     if media_tokens.any() and not patches.any() and not audio[0].any():
         balance_lines.append("the scan recorded no vision-encoder patches (a model family counted by its processor, "
                              "tokens/slow.py): pack costs leave the vision encoder out")
@@ -320,9 +320,17 @@ _SCRATCH_FILES = ("aligned.npy", "indexes.npy", "sample_index.npy", "token_len.n
 
 
 def _scratch_dir(config: Config) -> Path:
-    """Where a plan past ``packing.partition_samples`` keeps its per-sample arrays while it runs (deleted when the
-    plan is written; a killed run's are overwritten by the next)."""
+    """Where a plan past ``packing.partition_samples`` keeps its per-sample arrays while it runs (deleted when any
+    plan is written, partitioned or not: a killed run's are gigabytes at a billion samples)."""
     return config.work_dir / "plan-scratch"
+
+
+def _remove_scratch(config: Config) -> None:
+    scratch = _scratch_dir(config)
+    for name in _SCRATCH_FILES:
+        (scratch / name).unlink(missing_ok=True)
+    if scratch.is_dir():
+        scratch.rmdir()
 
 
 def _aligned(alignment, lengths: np.ndarray, scratch: Path | None) -> np.ndarray:
