@@ -222,9 +222,12 @@ class PackingConfig:
     align_to: int | None = None
     # the compute cost model the balanced plan evens out over ranks (packing/cost.py, docs/balance.md)
     cost: CostConfig = field(default_factory=CostConfig)
-    # bounds bucket's and plan's per-sample memory (about 40 bytes x this): more ok samples than this are packed
-    # in consecutive partitions of this many (manifest order), each on its own, and plan streams its per-sample
-    # arrays through files in work_dir (docs/performance.md); at or below it nothing changes
+    # at least 1000. More ok samples than this are packed in consecutive partitions of this many (manifest order),
+    # each on its own (their part-filled packs again together; a mixture's partition with copies keeps its own, a
+    # few packs more), and plan streams its per-sample arrays through work_dir/plan-scratch. Packing's scratch is
+    # then bounded by this (~20 bytes x it); the peak still grows ~15 bytes per sample (docs/performance.md, "A
+    # billion samples": 1.8 GiB at 100M, 4.7 GiB at 300M with 25M). At or below it nothing changes, and a changed
+    # value there rebuilds nothing
     partition_samples: int = 100_000_000
 
 

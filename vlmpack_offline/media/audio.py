@@ -466,6 +466,8 @@ def _opened(data: bytes, part: str) -> Iterator[tuple]:
     start frame threads), as both the probe and the loader's decode open it."""
     import av
 
+    if not data:
+        raise DropError(Reason.CORRUPT_MEDIA, f"{part}: empty (0 bytes): no audio file")
     try:
         container = av.open(io.BytesIO(data), options=_OPEN)
     except Exception as exc:
@@ -485,4 +487,8 @@ def _opened(data: bytes, part: str) -> Iterator[tuple]:
 
 
 def _line(exc: Exception) -> str:
+    """The error's first line; PyAV's own errors by FFmpeg's message alone (their text ends with the file name,
+    which for bytes in memory is the placeholder ``'<none>'``)."""
+    if isinstance(getattr(exc, "strerror", None), str) and getattr(exc, "errno", None) is not None:
+        return exc.strerror
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -418,8 +418,9 @@ def run(config: Config) -> StageResult:
                        "length to trade places with, and too many to pack again apart (packing/copies.py)")
     if alignment.multiple > 1:
         summary.append(f"aligned for {alignment.describe()}")
-    summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
-                   f"{' aligned' if alignment.multiple > 1 else ''}): {bins_dir(config) / 'overlong.jsonl'}")
+    if len(overlong):
+        summary.append(f"{len(overlong)} samples dropped as {Reason.OVERLONG} (> {capacity} tokens"
+                       f"{' aligned' if alignment.multiple > 1 else ''}): {bins_dir(config) / 'overlong.jsonl'}")
     if n_unfit:
         why = ", ".join(f"{text} {n}" for text, n in Counter(unfit_rows.why).most_common())
         summary.append(f"{n_unfit} samples dropped as {Reason.LAYOUT_UNFIT} (sample.sample_type "
