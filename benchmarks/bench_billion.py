@@ -142,6 +142,8 @@ def main() -> None:
     args = parser.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
     partition, in_memory_up_to = _count(args.partition), _count(args.in_memory_up_to)
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="bench_billion-", dir=args.dir))
     rows = []
     try:
