@@ -79,6 +79,7 @@ import numpy as np
 from ..reasons import DropError, Reason
 from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
 from .flac_walk import flac_samples
+from .mp4_audio import Mp4Audio, mp4_audio
 from .wav_header import wav_samples
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
@@ -89,6 +90,7 @@ __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampl
 # with FFmpeg's defaults and gets the same samples; a format whose facts need more reading would report 0 Hz or
 # 0 channels, a recorded corrupt_media, never a wrong count.
 _OPEN = {"probesize": "4096"}
+_MOV = "mov,mp4,m4a,3gp,3g2,mj2"  # PyAV's name of FFmpeg's mov demuxer, as the PyAV path reports it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +122,11 @@ def probe_audio(data: bytes, *, part: str) -> AudioInfo:
         return AudioInfo(samples=flac.samples, sample_rate=flac.sample_rate, channels=flac.channels, codec="flac",
                          container="flac")  # fmt: skip
     walked = walk(data, part=part)
+    if walked.container == "MP4" and (mp4 := mp4_audio(data)) is not None and (samples := _mp4_samples(mp4)) is not None:
+        if samples <= 0:  # AAC whose packets the edit list discards: the decoder hands out nothing
+            raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {mp4.codec} stream holds no audio (0 samples)")
+        return AudioInfo(samples=samples, sample_rate=mp4.sample_rate, channels=mp4.channels, codec=mp4.codec,
+                         container=_MOV)  # fmt: skip
     with _opened(data, part) as (container, stream):
         context = stream.codec_context
         codec, rate, channels = context.codec.canonical_name, int(context.sample_rate), int(context.channels)
@@ -257,11 +264,30 @@ def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
         if entry.size <= 0 or entry.pos < 0 or entry.pos + entry.size > size:
             return None
         discards.append(entry.is_discard)
-    side, skip, total, index = _skip_samples(first), 0, 0, 0
+    return _aac_packets(discards, _skip_samples(first))
+
+
+def _aac_packets(discards, side: tuple[int, int] | None) -> int:
+    """The samples the AAC decoder hands out for packets of 1024 samples flagged ``discards`` (AV_PKT_FLAG_DISCARD)
+    when the first carries skip side data ``side``: each trimmed as ``_trimmed`` does while a skip is pending,
+    the rest whole, or dropped."""
+    skip, total, index = 0, 0, 0
     while index < len(discards) and (index == 0 or skip):  # the leading packets a skip still cuts
-        kept, skip = _trimmed(_AAC_FRAME, discards[index], side if index == 0 else None, skip)
+        kept, skip = _trimmed(_AAC_FRAME, bool(discards[index]), side if index == 0 else None, skip)
         total, index = total + kept, index + 1
-    return total + _AAC_FRAME * (len(discards) - index - sum(discards[index:]))  # the rest: whole, or dropped
+    return total + _AAC_FRAME * (len(discards) - index - int(sum(discards[index:])))  # the rest: whole, or dropped
+
+
+def _mp4_samples(mp4: Mp4Audio) -> int | None:
+    """What the decoder hands out for the packets ``mp4_audio`` read: AAC's 1024-sample frames trimmed by the
+    first packet's skip and the discard flags (``_aac_packets``, as ``_mp4_aac_samples`` does on PyAV's packets);
+    ALAC's packet durations, as ``_packet_samples`` sums them, where none is discarded or skipped and they hold
+    the stream's duration (else None: the PyAV path judges it)."""
+    if mp4.codec == "aac":
+        return _aac_packets(mp4.discards, (mp4.skip, 0) if mp4.skip else None)
+    if mp4.skip or mp4.discards.any() or mp4.durations < mp4.claimed:
+        return None
+    return mp4.durations
 
 
 def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> int | None:
