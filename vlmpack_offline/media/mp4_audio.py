@@ -94,6 +94,11 @@ def _one(boxes: list[tuple[bytes, int, int]] | None, kind: bytes) -> tuple[int, 
     return found[0] if len(found) == 1 else None
 
 
+def _text(data: memoryview, span: tuple[int, int] | None) -> bool:
+    """The span holds only ASCII bytes (so any string FFmpeg reads from it is UTF-8); True for no span."""
+    return span is None or bytes(data[span[0] : span[1]]).isascii()
+
+
 def _u32(data: memoryview, at: int) -> int:
     return int.from_bytes(data[at : at + 4], "big")
 
@@ -103,13 +108,16 @@ def _timescale(data: memoryview, span: tuple[int, int]) -> int | None:
     start, end = span
     version = data[start]
     at = start + (12 if version == 0 else 20 if version == 1 else end)
-    return _u32(data, at) if at + 4 <= end else None
+    scale = _u32(data, at) if at + 4 <= end else 0
+    return scale if 0 < scale < 1 << 31 else None  # an int in FFmpeg: <= 0 is "invalid, defaulting to 1"
 
 
 def _read(data: memoryview, size: int) -> Mp4Audio | None:
     top = _boxes(data, 0, size)
     if top is None or any(kind == b"moof" for kind, _, _ in top) or (moov := _one(top, b"moov")) is None:
         return None
+    if not _text(data, _one(top, b"ftyp")):
+        return None  # brands become metadata, which PyAV refuses to open unless it is UTF-8
     if bytes(data[moov[0] : moov[1]]).find(b"iTunSMPB") >= 0:
         return None  # read after the track, it would set the AAC skip (mov_read_custom -> start_pad)
     children = _boxes(data, *moov)
@@ -117,6 +125,8 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
         return None
     if sum(kind == b"trak" for kind, _, _ in children) != 1 or (mvhd := _one(children, b"mvhd")) is None:
         return None
+    if not all(_text(data, (start, end)) for kind, start, end in children if kind in (b"udta", b"meta")):
+        return None  # tags: metadata, read as UTF-8 by PyAV (plain ASCII here; cover art or any other bytes decline)
     movie_scale = _timescale(data, mvhd)
     trak_boxes = _boxes(data, *trak)
     mdia = _one(trak_boxes, b"mdia")
@@ -125,6 +135,10 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
     minf_boxes = _boxes(data, *minf) if minf else None
     stbl = _one(minf_boxes, b"stbl")
     hdlr, mdhd = _one(mdia_boxes, b"hdlr"), _one(mdia_boxes, b"mdhd")
+    names = [(start + 24, end) for kind, start, end in (mdia_boxes or []) + (minf_boxes or []) if kind == b"hdlr"]
+    if not all(_text(data, name) for name in names) or not all(
+            _text(data, (start, end)) for kind, start, end in trak_boxes or () if kind in (b"udta", b"meta")):
+        return None  # a handler's name becomes the stream's handler_name: metadata, as above
     if not movie_scale or stbl is None or hdlr is None or mdhd is None or bytes(data[hdlr[0] + 8 : hdlr[0] + 12]) \
             != b"soun" or not _self_contained(data, _one(minf_boxes, b"dinf")):  # fmt: skip
         return None
@@ -134,7 +148,7 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
     if not scale or duration is None or stbl_boxes is None or any(kind in _REFUSED_STBL for kind, _, _ in stbl_boxes):
         return None
     codec = _stsd(data, _one(stbl_boxes, b"stsd"))
-    if codec is None or codec[1] != scale:
+    if codec is None or codec[1] != scale or not _groups_plain(data, stbl_boxes):
         return None
     table = _sample_table(data, stbl_boxes, size)
     if table is None:
@@ -142,8 +156,8 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
     edit = _edit(data, trak_boxes, movie_scale, scale)
     if edit is False:
         return None
-    dts, deltas = table
-    name, rate, channels = codec
+    dts, deltas, positions = table
+    name, rate, channels, frame = codec
     if edit is None:  # no edit list: every entry kept, none discarded (mov_fix_index returns at once)
         discards, skip, kept, end = np.zeros(len(dts), dtype=bool), 0, len(dts), duration
     else:
@@ -152,6 +166,8 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
             return None
         discards, skip, kept = _fixed(dts, media_time, edit_duration)
         end = min(duration, edit_duration)
+    if name == "alac" and not _alac_frames_match(data, positions[:kept], deltas[:kept], frame, size):
+        return None
     return Mp4Audio(codec=name, sample_rate=rate, channels=channels, discards=discards[:kept], skip=skip,
                     durations=int(deltas[:kept].sum()), claimed=end)  # fmt: skip
 
@@ -172,8 +188,8 @@ def _self_contained(data: memoryview, dinf: tuple[int, int] | None) -> bool:
     return bool(entries) and len(entries) == 1 and entries[0][0] == b"url " and _u32(data, entries[0][1]) == 1
 
 
-def _stsd(data: memoryview, span: tuple[int, int] | None) -> tuple[str, int, int] | None:
-    """(codec, rate, channels) of the one sample entry: AAC-LC from its esds, ALAC from its config atom."""
+def _stsd(data: memoryview, span: tuple[int, int] | None) -> tuple[str, int, int, int] | None:
+    """(codec, rate, channels, samples per frame) of the one sample entry: AAC-LC from its esds, ALAC from its config atom."""
     if span is None or _u32(data, span[0]) != 0 or _u32(data, span[0] + 4) != 1:
         return None
     entries = _boxes(data, span[0] + 8, span[1])
@@ -195,8 +211,10 @@ def _stsd(data: memoryview, span: tuple[int, int] | None) -> tuple[str, int, int
         if config is None or len(children) != 1 or config[1] - config[0] != 28 or _u32(data, config[0]) != 0:
             return None  # version / flags, then ALACSpecificConfig (24 bytes): mov_read_alac's 36-byte extradata
         at = config[0] + 4
-        frame, channels, rate = _u32(data, at), data[at + 9], _u32(data, at + 20)
-        return ("alac", rate, channels) if frame and 1 <= channels <= 8 and rate else None
+        frame, depth, channels, rate = _u32(data, at), data[at + 5], data[at + 9], _u32(data, at + 20)
+        # alac.c's init: a bit depth of 16, 20, 24 or 32, 1-8 channels, a frame length up to 4096 * 4096
+        plain = 0 < frame <= 4096 * 4096 and depth in (16, 20, 24, 32) and 1 <= channels <= 8 and 0 < rate < 1 << 31
+        return ("alac", rate, channels, frame) if plain else None
     return None
 
 
@@ -214,7 +232,7 @@ def _descriptor(data: memoryview, at: int, end: int, tag: int) -> tuple[int, int
     return (pos, pos + length) if pos + length <= end else None
 
 
-def _esds(data: memoryview, start: int, end: int) -> tuple[str, int, int] | None:
+def _esds(data: memoryview, start: int, end: int) -> tuple[str, int, int, int] | None:
     """AAC-LC's (rate, channels) from the esds's AudioSpecificConfig, where it is plain and marks SBR absent."""
     if _u32(data, start) != 0 or (es := _descriptor(data, start + 4, end, 0x03)) is None:
         return None
@@ -237,11 +255,12 @@ def _esds(data: memoryview, start: int, end: int) -> tuple[str, int, int] | None
     if aot != 2 or index >= len(_AAC_RATES) or layout not in (1, 2) or field(13, 3) or field(16, 11) != 0x2B7 \
             or field(27, 5) != 5 or field(32, 1) or field(33, 7):  # fmt: skip
         return None
-    return "aac", _AAC_RATES[index], layout
+    return "aac", _AAC_RATES[index], layout, 1024
 
 
-def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]], size: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(dts, duration) per sample from stts, once stsz / stsc / stco (or co64) agree on the sample count and put
+def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]],
+                  size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:  # fmt: skip
+    """(dts, duration, byte position) per sample from stts, once stsz / stsc / stco (or co64) agree on the sample count and put
     every sample inside the file; None otherwise."""
     stts, stsz, stsc = _one(stbl, b"stts"), _one(stbl, b"stsz"), _one(stbl, b"stsc")
     stco, co64 = _one(stbl, b"stco"), _one(stbl, b"co64")
@@ -252,19 +271,19 @@ def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]], size: in
         return None
     if len(runs) == 1 and runs[0, 1] == 1:
         return None  # stts of one run of duration 1: mov_build_index's uncompressed-audio chunk demuxing
-    deltas = np.repeat(runs[:, 1].astype(np.int64), runs[:, 0].astype(np.int64))
     start = stsz[0]
     constant, count = _u32(data, start + 4), _u32(data, start + 8)
-    if _u32(data, start) != 0 or not count or count != len(deltas):
+    if _u32(data, start) != 0 or not count or count != int(runs[:, 0].astype(np.int64).sum()):
+        return None  # stts and stsz disagree on the sample count (checked before either is expanded)
+    if not constant and stsz[1] - start != 12 + 4 * count:
         return None
+    deltas = np.repeat(runs[:, 1].astype(np.int64), runs[:, 0].astype(np.int64))
     if constant:  # every sample that size (mov_read_stsz reads no table; a v0 sound entry sets no size of its own)
         if stsz[1] - start != 12:
             return None
         sizes = np.full(count, constant, dtype=np.int64)
-    elif stsz[1] - start == 12 + 4 * count:
-        sizes = np.frombuffer(data[start + 12 : stsz[1]], dtype=">u4").astype(np.int64)
     else:
-        return None
+        sizes = np.frombuffer(data[start + 12 : stsz[1]], dtype=">u4").astype(np.int64)
     offsets = _offsets(data, stco, co64)
     chunks = _table(data, stsc, 12)
     if offsets is None or chunks is None or not len(chunks) or np.any(sizes == 0):
@@ -285,7 +304,7 @@ def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]], size: in
     if np.any(positions + sizes > size):
         return None
     dts = np.cumsum(deltas) - deltas
-    return dts, deltas
+    return dts, deltas, positions
 
 
 def _table(data: memoryview, span: tuple[int, int], width: int) -> np.ndarray | None:
@@ -333,6 +352,33 @@ def _edit(data: memoryview, trak: list[tuple[bytes, int, int]], movie_scale: int
         return False
     # get_edit_list_entry: av_rescale(duration, timescale, mvhd's timescale), AV_ROUND_NEAR_INF
     return media_time, (duration * scale + movie_scale // 2) // movie_scale
+
+
+def _groups_plain(data: memoryview, stbl: list[tuple[bytes, int, int]]) -> bool:
+    """Sample groups, where there are any, are the AAC encoder's ``roll`` (pre-roll) group, which the index does
+    not read; another grouping type (``rap ``, ``sync``, or one a damaged byte makes unknown) declines."""
+    for kind, start, end in stbl:
+        if kind in (b"sgpd", b"sbgp") and (end - start < 8 or bytes(data[start + 4 : start + 8]) != b"roll"):
+            return False
+    return True
+
+
+def _alac_frames_match(data: memoryview, positions: np.ndarray, deltas: np.ndarray, frame: int, size: int) -> bool:
+    """Each ALAC packet's first element header (alac.c ``decode_element``: a 3-bit element type, SCE or CPE, 4 + 12
+    bits, has_size, 2 bits of extra bits, not_compressed, then the 32-bit sample count when has_size; else the
+    config's frame length) counts the samples its stts duration says: the packets' durations, which the PyAV
+    path sums, are then what the decoder hands out."""
+    if np.any(positions + 7 > size):
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    head = raw[positions[:, None] + np.arange(7)].astype(np.int64)
+    element = head[:, 0] >> 5
+    has_size = (head[:, 2] >> 4) & 1
+    # the 32 bits after the 23-bit header: from bit 23, i.e. byte 2's lowest bit on
+    explicit = ((head[:, 2] & 1) << 31 | head[:, 3] << 23 | head[:, 4] << 15 | head[:, 5] << 7 | head[:, 6] >> 1)
+    samples = np.where(has_size == 1, explicit, frame)
+    return bool(np.all(element <= 1) and np.all(samples > 0) and np.all(samples <= frame)
+                and np.array_equal(samples, deltas))  # fmt: skip
 
 
 def _fixed(dts: np.ndarray, media_time: int, edit_duration: int) -> tuple[np.ndarray, int, int]:
