@@ -10,6 +10,7 @@ of ``--repeat`` runs (the feature extractor: of fewer, it is the slow part) and 
 probe for both; the issue's target is 50x. ``--containers flac`` runs only those rows; ``--flac-reference`` also
 times, in the same run, FLAC's PyAV path (``flac_walk`` switched off: what every .flac cost before it), and whether
 the walk answered; ``--wav-reference`` the same for WAV (``wav_header`` switched off: the PyAV path every .wav took
+before it); ``--mp4-reference`` the same for m4a / alac (``mp4_audio`` switched off: the PyAV path every MP4 took
 before it). Never exits non-zero on speed.
 """
 
@@ -23,6 +24,7 @@ import time
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media import decode_audio, probe_audio
 from vlmpack_offline.media.flac_walk import flac_samples
+from vlmpack_offline.media.mp4_audio import mp4_audio
 from vlmpack_offline.media.wav_header import wav_samples
 from vlmpack_offline.synthetic.audio import encode_audio, rates_taken
 
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
     parser.add_argument("--flac-reference", action="store_true", help="also time FLAC's PyAV path (walk off)")
     parser.add_argument("--wav-reference", action="store_true", help="also time WAV's PyAV path (header read off)")
+    parser.add_argument("--mp4-reference", action="store_true", help="also time m4a / alac's PyAV path (moov read off)")
     args = parser.parse_args()
 
     import torch
@@ -87,6 +90,9 @@ def main() -> None:
             if container == "wav" and args.wav_reference:
                 references.append((container, seconds, wav_samples(data) is not None, probe,
                                    _pyav_path(data, args.repeat, "wav_samples")))  # fmt: skip
+            if container in ("m4a", "alac") and args.mp4_reference:
+                references.append((container, seconds, mp4_audio(data) is not None, probe,
+                                   _pyav_path(data, args.repeat, "mp4_audio")))  # fmt: skip
     for container, seconds, walked, probe, pyav in references:
         print(f"# {container} {seconds:g} s: read without PyAV: {walked}; probe {probe[0] * 1e3:.2f} / "
               f"{probe[1] * 1e3:.2f} ms, PyAV path {pyav[0] * 1e3:.2f} / {pyav[1] * 1e3:.2f} ms (min / median, same "
@@ -94,7 +100,7 @@ def main() -> None:
 
 
 def _pyav_path(data: bytes, repeat: int, reader: str) -> tuple[float, float]:
-    """(min, median) seconds of ``probe_audio`` with ``reader`` (``flac_samples`` or ``wav_samples``) declining
+    """(min, median) seconds of ``probe_audio`` with ``reader`` (``flac_samples``, ``wav_samples`` or ``mp4_audio``) declining
     every file: the PyAV path."""
     original = getattr(audio_module, reader)
     setattr(audio_module, reader, lambda data: None)

@@ -15,6 +15,10 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
                                                                            chunk of whole frames (else: next row)
     pcm_* in other WAVs       data chunk bytes / block_align (FFmpeg's     the data chunk fits in the file
                               PCM decoder: bytes / (channels * width))     (audio_headers.walk)
+    aac (LC, SBR signalled    AAC: 1024 x the index entries mov_fix_index  read off moov without PyAV (mp4_audio):
+    absent) or alac in a      keeps, trimmed (``_trimmed``); ALAC: the     one sound track, not fragmented, every
+    plain MP4 / M4A           entries' durations, each its frame header's  sample inside the file, no edit list or
+                              count                                        one plain entry (else: the rows below)
     pcm_* elsewhere, alac     the packets' durations summed (demux only)   the last packet is whole; they hold the
                                                                            header's length
     flac in .flac             STREAMINFO's total samples                   the frame headers FFmpeg's parser finds
@@ -252,7 +256,7 @@ def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
     the file opens): samples before the edit's start flagged discard, samples past its end left out, the priming
     as the first packet's skip_samples. The decoder turns each packet into 1024 samples and trims them as
     ``_trimmed`` does. None where the index is not the whole sample table (a fragmented file) or an entry is not
-    inside the file."""
+    inside the file. The reference for ``mp4_audio``, which reads the same index off the moov box where it can."""
     entries = stream.index_entries
     if not stream.frames or not len(entries) or len(entries) > stream.frames:
         return None
