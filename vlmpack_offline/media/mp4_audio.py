@@ -29,7 +29,9 @@ sample inside the file, no edit list or one edit entry at rate 1 with ``0 <= med
 ``media_time`` 0), the config's rate equal to ``mdhd``'s timescale; for AAC an AudioSpecificConfig of object type
 2 (LC) at an MPEG-4 rate, mono or stereo, 1024-sample frames, that ends by marking SBR absent (sync extension
 0x2B7, SBR flag 0: what FFmpeg's encoder writes), so the decoder cannot switch to HE-AAC on an SBR payload in the
-bitstream (implicit signalling: an AudioSpecificConfig without that extension declines). Anything else returns
+bitstream (implicit signalling: an AudioSpecificConfig without that extension declines); for ALAC a config
+alac.c's init takes and frame headers whose sample counts are the stts durations; sample groups only ``roll``;
+tags PyAV can open (it refuses metadata that is not UTF-8: ``_tags``; no cover art). Anything else returns
 None: ``audio.py``'s PyAV path, the reference, decides as before. ``tests/test_audio_mp4.py`` holds the answers to
 PyAV's decoder and to the index PyAV's demuxer builds.
 """
@@ -99,6 +101,42 @@ def _text(data: memoryview, span: tuple[int, int] | None) -> bool:
     return span is None or bytes(data[span[0] : span[1]]).isascii()
 
 
+def _tags(data: memoryview, start: int, end: int, kind: bytes) -> bool:
+    """A ``udta`` or ``meta`` box whose strings PyAV can open as UTF-8: iTunes-style ``meta`` / ``ilst`` items
+    (``(c)too``, ``(c)nam``, ...) whose ``data`` values are UTF-8, a ``hdlr`` in ASCII; any other child (QuickTime
+    text atoms, whose encoding FFmpeg picks by language code; ``keys``) only in ASCII. Cover art declines."""
+    if kind == b"meta":
+        children = _boxes(data, start + 4, end)  # a full box: version and flags first
+        if children is None:
+            return False
+        for name, first, last in children:
+            if name == b"ilst":
+                if not _items(data, first, last):
+                    return False
+            elif name not in (b"hdlr", b"free") or not _text(data, (first, last)):
+                return False
+        return True
+    children = _boxes(data, start, end)
+    return children is not None and all(_tags(data, first, last, name) if name == b"meta" else
+                                        name.isascii() and _text(data, (first, last))
+                                        for name, first, last in children)  # fmt: skip
+
+
+def _items(data: memoryview, start: int, end: int) -> bool:
+    """ilst's items: each a box of ``data`` boxes (type, locale, then the value), every value valid UTF-8."""
+    items = _boxes(data, start, end)
+    for name, first, last in items or ():
+        values = _boxes(data, first, last)
+        if name == b"covr" or not values or any(kind != b"data" or last - first < 8 for kind, first, last in values):
+            return False
+        try:
+            for _, first, last in values:
+                bytes(data[first + 8 : last]).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return items is not None
+
+
 def _u32(data: memoryview, at: int) -> int:
     return int.from_bytes(data[at : at + 4], "big")
 
@@ -125,8 +163,8 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
         return None
     if sum(kind == b"trak" for kind, _, _ in children) != 1 or (mvhd := _one(children, b"mvhd")) is None:
         return None
-    if not all(_text(data, (start, end)) for kind, start, end in children if kind in (b"udta", b"meta")):
-        return None  # tags: metadata, read as UTF-8 by PyAV (plain ASCII here; cover art or any other bytes decline)
+    if not all(_tags(data, start, end, kind) for kind, start, end in children if kind in (b"udta", b"meta")):
+        return None  # tags: metadata, read as UTF-8 by PyAV, which refuses to open a file whose tags are not
     movie_scale = _timescale(data, mvhd)
     trak_boxes = _boxes(data, *trak)
     mdia = _one(trak_boxes, b"mdia")
@@ -137,7 +175,7 @@ def _read(data: memoryview, size: int) -> Mp4Audio | None:
     hdlr, mdhd = _one(mdia_boxes, b"hdlr"), _one(mdia_boxes, b"mdhd")
     names = [(start + 24, end) for kind, start, end in (mdia_boxes or []) + (minf_boxes or []) if kind == b"hdlr"]
     if not all(_text(data, name) for name in names) or not all(
-            _text(data, (start, end)) for kind, start, end in trak_boxes or () if kind in (b"udta", b"meta")):
+            _tags(data, start, end, kind) for kind, start, end in trak_boxes or () if kind in (b"udta", b"meta")):
         return None  # a handler's name becomes the stream's handler_name: metadata, as above
     if not movie_scale or stbl is None or hdlr is None or mdhd is None or bytes(data[hdlr[0] + 8 : hdlr[0] + 12]) \
             != b"soun" or not _self_contained(data, _one(minf_boxes, b"dinf")):  # fmt: skip
