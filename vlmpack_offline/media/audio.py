@@ -279,7 +279,8 @@ def _aac_packets(discards, side: tuple[int, int] | None) -> int:
     while index < len(discards) and (index == 0 or skip):  # the leading packets a skip still cuts
         kept, skip = _trimmed(_AAC_FRAME, bool(discards[index]), side if index == 0 else None, skip)
         total, index = total + kept, index + 1
-    return total + _AAC_FRAME * (len(discards) - index - int(sum(discards[index:])))  # the rest: whole, or dropped
+    dropped = int(np.count_nonzero(discards[index:]))
+    return total + _AAC_FRAME * (len(discards) - index - dropped)  # the rest: whole, or dropped
 
 
 def _mp4_samples(mp4: Mp4Audio) -> int | None:
