@@ -237,3 +237,14 @@ def test_every_flipped_moov_byte_declines_or_counts_as_the_decoder(container, ra
                 assert exc.reason == Reason.CORRUPT_MEDIA
     assert not wrong, wrong
     assert read  # flips the reading passes over (times, reserved fields) still count
+
+
+def test_a_sample_count_past_the_files_bytes_declines_without_expanding_it():
+    """A one-sample ALAC clip (stsz: one constant size) whose stts and stsz both claim 2^31 samples: more samples
+    than the file has bytes, so the reading declines before it expands a table of that length."""
+    data = bytearray(encode_audio("alac", samples=1025, sample_rate=48000, channels=1))
+    stts, stsz = data.find(b"stts"), data.find(b"stsz")
+    assert data[stsz + 8 : stsz + 12] != bytes(4)  # a constant sample size: no table bounds the count
+    data[stts + 12 : stts + 16] = (1 << 31).to_bytes(4, "big")  # the one run's sample count
+    data[stsz + 12 : stsz + 16] = (1 << 31).to_bytes(4, "big")
+    assert mp4_audio(bytes(data)) is None

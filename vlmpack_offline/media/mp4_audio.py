@@ -311,8 +311,8 @@ def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]],
         return None  # stts of one run of duration 1: mov_build_index's uncompressed-audio chunk demuxing
     start = stsz[0]
     constant, count = _u32(data, start + 4), _u32(data, start + 8)
-    if _u32(data, start) != 0 or not count or count != int(runs[:, 0].astype(np.int64).sum()):
-        return None  # stts and stsz disagree on the sample count (checked before either is expanded)
+    if _u32(data, start) != 0 or not 0 < count <= size or count != int(runs[:, 0].astype(np.int64).sum()):
+        return None  # stts and stsz disagree on the sample count, or it exceeds the file's bytes (before expanding)
     if not constant and stsz[1] - start != 12 + 4 * count:
         return None
     deltas = np.repeat(runs[:, 1].astype(np.int64), runs[:, 0].astype(np.int64))
