@@ -248,3 +248,20 @@ def test_a_sample_count_past_the_files_bytes_declines_without_expanding_it():
     data[stts + 12 : stts + 16] = (1 << 31).to_bytes(4, "big")  # the one run's sample count
     data[stsz + 12 : stsz + 16] = (1 << 31).to_bytes(4, "big")
     assert mp4_audio(bytes(data)) is None
+
+
+@pytest.mark.parametrize(("container", "rate", "channels"), [("alac", 22050, 2), ("alac", 8000, 1)])
+def test_the_pyav_path_never_counts_a_damaged_alac_other_than_its_decoder(container, rate, channels):
+    """What the moov reading declines goes to the PyAV path, which counts ALAC by decoding: a damaged duration
+    table (stts) says nothing of what the frames decode to (summed, it gave 61,184 samples for 4,096 decoded).
+    Every flipped moov byte: the PyAV path gives the decoder's (samples, rate), or drops the copy."""
+    data = encode_audio(container, samples=rate // 5 + 3, sample_rate=rate, channels=channels, seed=5)
+    wrong = []
+    for at in _moov(data):
+        damaged = bytearray(data)
+        damaged[at] ^= 0xFF
+        damaged = bytes(damaged)
+        got = _pyav_path(damaged)
+        if isinstance(got, tuple) and got != _decoded(damaged):
+            wrong.append((at, got, _decoded(damaged)))
+    assert not wrong, wrong

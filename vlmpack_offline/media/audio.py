@@ -208,8 +208,8 @@ def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part
     codec = stream.codec_context.codec.canonical_name
     if codec.startswith("pcm_") and walked.wav_data is not None and walked.wav_frame:
         return walked.wav_data // walked.wav_frame  # FFmpeg's PCM decoder: bytes / (channels * width), floored
-    if codec.startswith("pcm_") or codec == "alac":
-        return _packet_samples(container, stream, rate, part)
+    if codec.startswith("pcm_"):  # ALAC that mp4_audio declined is counted by decoding: its packets' durations
+        return _packet_samples(container, stream, rate, part, pcm=True)  # (stts) are not what its frames decode to
     if codec == "flac" and stream.duration:
         return _flac_samples(container, stream, rate, part)
     if codec == "mp3" and (tag := mp3_tag(data)) is not None and tag.gapless and tag.audio_bytes:
@@ -365,14 +365,19 @@ def _samples_at(value: int, stream, rate: int) -> int | None:
     return int(samples) if samples.denominator == 1 else None
 
 
-def _packet_samples(container, stream, rate: int, part: str) -> int | None:
-    """The samples the packets hold, from their durations (demux only; PCM and ALAC packets decode to exactly
-    their duration), checked against the header's length; None when a packet has no duration or the durations
-    are not whole samples."""
+def _packet_samples(container, stream, rate: int, part: str, *, pcm: bool = False) -> int | None:
+    """The samples the packets hold, from their durations (demux only), checked against the header's length; None
+    when a packet has no duration. ``pcm``: also None where a packet's duration is not its bytes' samples (FFmpeg's
+    PCM decoder gives bytes / (channels * width) whatever the container's timing says: a damaged duration table is
+    counted by decoding); FLAC's parser makes its packets' durations from the frame headers themselves."""
+    context = stream.codec_context
+    frame = context.format.bytes * context.channels if pcm and context.format is not None else 0
+    if pcm and (not frame or stream.time_base != Fraction(1, rate)):
+        return None
     total, packets, last_cut = 0, 0, False
     for packet in _packets(container, stream, part):
-        if not packet.duration:
-            return None
+        if not packet.duration or pcm and packet.size != packet.duration * frame and not packet.is_corrupt:
+            return None  # (a cut last packet is short of its duration: truncated_media below)
         total, packets, last_cut = total + packet.duration, packets + 1, bool(packet.is_corrupt)
     if last_cut:
         raise DropError(Reason.TRUNCATED_MEDIA, f"{part}: audio cut short: its last packet (of {packets}) runs "
