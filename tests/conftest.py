@@ -93,3 +93,15 @@ def faulty_dataset(tmp_path_factory) -> list[Path]:
 
     root = tmp_path_factory.mktemp("faulty_dataset")
     return generate_dataset(root, seed=0, n_shards=2, samples_per_shard=12, include_faults=True)
+
+
+@pytest.fixture
+def no_pyav_container(monkeypatch):
+    """The audio probe's PyAV path (``media.audio._opened``) raises: a count that comes back was read off the file by
+    one of the readers that need no demuxer (``wav_header``, ``mp4_audio``, ``flac_walk``)."""
+    from vlmpack_offline.media import audio
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the probe opened the file with PyAV")
+
+    monkeypatch.setattr(audio, "_opened", refuse)

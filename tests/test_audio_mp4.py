@@ -2,7 +2,7 @@
 
 The oracle is a plain PyAV decode loop with FFmpeg's defaults (``_decoded``), and for the demuxer's side, the index
 PyAV's mov demuxer builds (``stream.index_entries``: discard flags) and the skip side data on its first packet.
-That the count came without PyAV is shown by making the probe's PyAV path raise (``_no_pyav_container``). Where
+That the count came without PyAV is shown by making the probe's PyAV path raise (``no_pyav_container``). Where
 the reading cannot stand for FFmpeg's (fragmented files, several tracks, a damaged ``moov``), it declines and the
 PyAV path, the reference, counts as before.
 """
@@ -13,6 +13,7 @@ import io
 
 import av
 import pytest
+from _audio_oracle import decoded
 
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
@@ -23,29 +24,6 @@ from vlmpack_offline.synthetic.audio import encode_audio, encode_video_with_audi
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
-def _decoded(data: bytes) -> tuple[int, int | None]:
-    """(samples, rate) PyAV's decoder yields for the first audio stream, FFmpeg's defaults; (0, None) when the file
-    does not open or decode to its end."""
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            samples, rate = 0, None
-            for frame in container.decode(audio=0):
-                samples, rate = samples + frame.samples, frame.sample_rate
-            return samples, rate
-    except Exception:  # noqa: BLE001 - whatever PyAV raises, decode_audio drops the file
-        return 0, None
-
-
-@pytest.fixture
-def _no_pyav_container(monkeypatch):
-    """The probe's PyAV path (``_opened``) raises: a count that comes back was read off the boxes."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the probe opened the file with PyAV")
-
-    monkeypatch.setattr(audio_module, "_opened", refuse)
-
-
 def _lengths(rate: int) -> tuple[int, ...]:
     """Lengths around AAC's 1024-sample frame and ALAC's 4096, 0.05 s, 0.1 s, a second and 3 s."""
     return (2, 7, 100, 959, 1023, 1024, 1025, 2047, 2049, 4095, 4097, rate // 20, rate // 10 + 1, rate + 3,
@@ -53,7 +31,7 @@ def _lengths(rate: int) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("container", ["m4a", "alac"])
-def test_mp4_counts_what_the_decoder_yields_without_pyav(container, _no_pyav_container):
+def test_mp4_counts_what_the_decoder_yields_without_pyav(container, no_pyav_container):
     """Every rate, mono and stereo, 2 samples to 3 s: the probe's (samples, rate, channels) are the decoder's,
     read off moov without opening the file in PyAV; a clip the decoder yields nothing from (AAC's priming packet
     discarded, the next left out of the index) is dropped as corrupt_media."""
@@ -62,7 +40,7 @@ def test_mp4_counts_what_the_decoder_yields_without_pyav(container, _no_pyav_con
         for channels in (1, 2):
             for length in _lengths(rate):
                 data = encode_audio(container, samples=length, sample_rate=rate, channels=channels, seed=length)
-                oracle = _decoded(data)
+                oracle = decoded(data)
                 try:
                     info = probe_audio(data, part="clip")
                     got = (info.samples, info.sample_rate, info.channels, info.container)
@@ -75,10 +53,10 @@ def test_mp4_counts_what_the_decoder_yields_without_pyav(container, _no_pyav_con
 
 
 @pytest.mark.slow
-def test_a_ten_minute_m4a_is_counted_without_pyav(_no_pyav_container):
+def test_a_ten_minute_m4a_is_counted_without_pyav(no_pyav_container):
     data = encode_audio("m4a", samples=44100 * 600 + 5, sample_rate=44100, channels=2, seed=1)
     info = probe_audio(data, part="long.m4a")
-    assert (info.samples, info.sample_rate) == _decoded(data)
+    assert (info.samples, info.sample_rate) == decoded(data)
 
 
 @pytest.mark.parametrize(("container", "rate"), [("m4a", 44100), ("m4a", 16000), ("alac", 48000)])
@@ -107,7 +85,7 @@ def test_one_sample_of_alac_is_left_to_pyav():
     data = encode_audio("alac", samples=1, sample_rate=44100, channels=1)
     assert mp4_audio(data) is None
     info = probe_audio(data, part="one.m4a")
-    assert (info.samples, info.sample_rate) == _decoded(data) == (1, 44100)
+    assert (info.samples, info.sample_rate) == decoded(data) == (1, 44100)
 
 
 def _fragmented_aac(samples: int, rate: int) -> bytes:
@@ -136,7 +114,7 @@ def test_mp4_the_reading_does_not_stand_for_is_counted_by_pyav(make):
     data = make()
     assert mp4_audio(data) is None
     info = probe_audio(data, part="clip.mp4")
-    assert (info.samples, info.sample_rate) == _decoded(data)
+    assert (info.samples, info.sample_rate) == decoded(data)
 
 
 def _ipod(codec: str, samples: int, options: dict[str, str], tags: dict[str, str]) -> bytes:
@@ -162,14 +140,14 @@ def _ipod(codec: str, samples: int, options: dict[str, str], tags: dict[str, str
     [({"use_editlist": "0"}, {}), ({}, {"title": "Grüße, 音声", "artist": "vlmpack"})],
     ids=["no-edit-list", "utf8-tags"],
 )
-def test_mp4_without_edit_list_or_with_tags_is_counted_without_pyav(codec, options, tags, _no_pyav_container):
+def test_mp4_without_edit_list_or_with_tags_is_counted_without_pyav(codec, options, tags, no_pyav_container):
     """No edit list (mov_fix_index leaves the index as it is: no discard, no skip, every AAC packet 1024 samples)
     and iTunes-style tags in UTF-8 (the muxer's encoder tag and a title and artist): read off moov, the decoder's
     count."""
     wrong = []
     for length in (7, 1025, 44100 + 3):
         data = _ipod(codec, length, options, tags)
-        oracle = _decoded(data)
+        oracle = decoded(data)
         try:
             info = probe_audio(data, part="clip.m4a")
             got = (info.samples, info.sample_rate)
@@ -221,7 +199,7 @@ def test_every_flipped_moov_byte_declines_or_counts_as_the_decoder(container, ra
             if samples is None:
                 continue
             read += 1
-            oracle = _decoded(damaged)
+            oracle = decoded(damaged)
             if oracle[0]:
                 if (samples, got.sample_rate) != oracle:
                     wrong.append((at, mask, samples, got.sample_rate, oracle))
@@ -262,6 +240,6 @@ def test_the_pyav_path_never_counts_a_damaged_alac_other_than_its_decoder(contai
         damaged[at] ^= 0xFF
         damaged = bytes(damaged)
         got = _pyav_path(damaged)
-        if isinstance(got, tuple) and got != _decoded(damaged):
-            wrong.append((at, got, _decoded(damaged)))
+        if isinstance(got, tuple) and got != decoded(damaged):
+            wrong.append((at, got, decoded(damaged)))
     assert not wrong, wrong

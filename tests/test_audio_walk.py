@@ -15,6 +15,7 @@ import io
 
 import av
 import pytest
+from _audio_oracle import decoded
 
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
@@ -25,22 +26,6 @@ from vlmpack_offline.synthetic.audio import encode_audio, rates_taken, signal_ch
 
 WALKED = ("m4a", "aac", "webm", "mka")
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
-
-
-def _decoded(data: bytes) -> tuple[int, int | None]:
-    """(samples, rate) PyAV's decoder yields for the first audio stream, FFmpeg's defaults; (0, None) when the file
-    does not open or decode to its end (PyAV's errors, or its metadata not UTF-8), or changes its rate part-way
-    (decode_audio refuses all of these)."""
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            samples, rate = 0, None
-            for frame in container.decode(audio=0):
-                if rate is not None and frame.sample_rate != rate:
-                    return 0, None
-                samples, rate = samples + frame.samples, frame.sample_rate
-            return samples, rate
-    except Exception:  # noqa: BLE001 - whatever PyAV raises, decode_audio drops the file
-        return 0, None
 
 
 @pytest.fixture
@@ -68,7 +53,7 @@ def test_walk_counts_what_the_decoder_yields_without_decoding(container, _no_dec
         for channels in (1, 2):
             for length in _lengths(rate):
                 data = encode_audio(container, samples=length, sample_rate=rate, channels=channels, seed=length)
-                oracle = _decoded(data)
+                oracle = decoded(data)
                 try:
                     info = probe_audio(data, part="clip")
                     got = (info.samples, info.sample_rate)
@@ -126,8 +111,8 @@ def test_aac_in_matroska_is_walked_to_the_decoded_count(_no_decoding):
             for length in (1, 7, 1025, rate // 10 + 1, 3 * rate + 17):
                 data = _aac_in_matroska(length, rate, channels)
                 info = probe_audio(data, part="clip.mka")
-                if (info.samples, info.sample_rate) != _decoded(data):
-                    wrong.append((rate, channels, length, _decoded(data), info.samples))
+                if (info.samples, info.sample_rate) != decoded(data):
+                    wrong.append((rate, channels, length, decoded(data), info.samples))
     assert not wrong, wrong
 
 
@@ -135,7 +120,7 @@ def test_seven_samples_of_aac_in_mp4_are_dropped_as_the_decoder_yields_nothing(_
     """The priming packet is flagged discard and the one packet past the edit's end is left out of the index: the
     walk counts 0, the probe drops the clip, as decoding it gives nothing."""
     data = encode_audio("m4a", samples=7, sample_rate=44100, channels=1)
-    assert _decoded(data) == (0, None)
+    assert decoded(data) == (0, None)
     with pytest.raises(DropError, match=r"^tiny\.m4a: the aac stream holds no audio \(0 samples\)") as exc:
         probe_audio(data, part="tiny.m4a")
     assert exc.value.reason == Reason.CORRUPT_MEDIA
@@ -148,7 +133,7 @@ def test_adts_behind_an_id3_tag_is_counted_by_decoding():
     tag = b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10)
     assert adts_frames(frames) is not None and adts_frames(tag + frames) is None
     info = probe_audio(tag + frames, part="tagged.aac")
-    assert (info.samples, info.sample_rate) == _decoded(tag + frames) == _decoded(frames)
+    assert (info.samples, info.sample_rate) == decoded(tag + frames) == decoded(frames)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +186,7 @@ def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, 
     data = encode_audio(container, samples=int(rate * seconds) + 3, sample_rate=rate, channels=channels, seed=5)
     wrong = []
     for at, damaged in _flipped_copies(data, stride, mask):
-        oracle = _decoded(damaged)
+        oracle = decoded(damaged)
         try:
             info = probe_audio(damaged, part="x")
         except DropError:
@@ -218,18 +203,7 @@ def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, 
     assert not wrong, wrong
 
 
-@pytest.fixture
-def _no_pyav_container(monkeypatch):
-    """The probe's PyAV path (``_opened``) raises: a count that comes back was read off the file by
-    ``flac_walk.flac_samples``, with no demuxer, parser or container."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the probe opened the file with PyAV")
-
-    monkeypatch.setattr(audio_module, "_opened", refuse)
-
-
-def test_flac_frames_are_counted_from_their_headers_without_pyav(_no_pyav_container):
+def test_flac_frames_are_counted_from_their_headers_without_pyav(no_pyav_container):
     """Every rate, mono and stereo, one sample to 3 s: a plain .flac file's count is the decoder's, proven from
     STREAMINFO, the frame headers FFmpeg's parser finds and their CRC-16s, without opening the file in PyAV."""
     wrong = []
@@ -238,13 +212,13 @@ def test_flac_frames_are_counted_from_their_headers_without_pyav(_no_pyav_contai
             for length in _lengths(rate):
                 data = encode_audio("flac", samples=length, sample_rate=rate, channels=channels, seed=length)
                 info = probe_audio(data, part="clip.flac")
-                if (info.samples, info.sample_rate) != _decoded(data) or info.channels != channels:
-                    wrong.append((rate, channels, length, _decoded(data), info))
+                if (info.samples, info.sample_rate) != decoded(data) or info.channels != channels:
+                    wrong.append((rate, channels, length, decoded(data), info))
                 assert (info.codec, info.container) == ("flac", "flac")
     assert not wrong, wrong
 
 
-def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(_no_pyav_container):
+def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(no_pyav_container):
     """This clip (8 s of the synthetic signal at 48 kHz, seed 28) holds bytes inside frame 61 that read as a valid
     frame header (sync, codes, frame number 5, CRC-8) for 4 channels of 20 bits at 16 kHz: FFmpeg's parser finds it,
     penalises every link to it (its rate, sample size and channels differ from the frames around it) and hands out
@@ -256,7 +230,7 @@ def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(_no_
         starts = [packet.pos for packet in opened.demux(audio=0) if packet.size]
     assert at not in starts and min(starts) < at < max(starts)  # not a packet: inside a frame the parser emitted
     info = probe_audio(data, part="clip.flac")
-    assert (info.samples, info.sample_rate) == _decoded(data) == (48000 * 8 + 28, 48000)
+    assert (info.samples, info.sample_rate) == decoded(data) == (48000 * 8 + 28, 48000)
 
 
 @pytest.mark.parametrize(("rate", "channels", "seconds", "stride"), [(44100, 2, 0.32, 7), (16000, 1, 0.5, 2)])
@@ -275,8 +249,8 @@ def test_flac_walk_answers_only_with_the_decoders_count(rate, channels, seconds,
             if got is None:
                 continue
             walked += 1
-            if (got.samples, got.sample_rate) != _decoded(damaged):
-                wrong.append((at, mask, got.samples, _decoded(damaged)))
+            if (got.samples, got.sample_rate) != decoded(damaged):
+                wrong.append((at, mask, got.samples, decoded(damaged)))
     assert not wrong, wrong
     assert walked  # the metadata's padding: flips the walk reads past
 
@@ -292,4 +266,4 @@ def test_flac_the_walk_does_not_read_is_counted_by_the_pyav_path(edit):
     data = edit(encode_audio("flac", samples=44100 * 2 + 5, sample_rate=44100, channels=2))
     assert flac_samples(data) is None
     info = probe_audio(data, part="tagged.flac")
-    assert (info.samples, info.sample_rate) == _decoded(data) == (44100 * 2 + 5, 44100)
+    assert (info.samples, info.sample_rate) == decoded(data) == (44100 * 2 + 5, 44100)

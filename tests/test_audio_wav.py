@@ -49,16 +49,6 @@ def _walked(data: bytes) -> tuple | None:
     return None if got is None else (got.samples, got.sample_rate, got.channels, got.codec, "wav")
 
 
-@pytest.fixture
-def _no_pyav_container(monkeypatch):
-    """The probe's PyAV path (``_opened``) raises: a count that comes back was read off the RIFF chunks."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the probe opened the file with PyAV")
-
-    monkeypatch.setattr(audio_module, "_opened", refuse)
-
-
 def _pyav_wav(codec: str, samples: int, rate: int, channels: int) -> bytes:
     """The synthetic signal through PyAV's own wav muxer and ``codec`` encoder."""
     out = io.BytesIO()
@@ -120,7 +110,7 @@ def _pcm(samples: int, channels: int, dtype: str) -> bytes:
 
 
 @pytest.mark.parametrize("codec", list(_FORMATS))
-def test_pyav_written_wavs_are_read_as_pyav_reads_them_without_pyav(codec, _no_pyav_container):
+def test_pyav_written_wavs_are_read_as_pyav_reads_them_without_pyav(codec, no_pyav_container):
     """PyAV's wav muxer, each PCM codec, mono / stereo / 5.1 (WAVE_FORMAT_EXTENSIBLE past two channels or 16 bits),
     8-48 kHz, one sample to a second: the probe answers (samples, rate, channels, codec, "wav") exactly as PyAV
     opens and decodes the file, without opening it."""
@@ -137,7 +127,7 @@ def test_pyav_written_wavs_are_read_as_pyav_reads_them_without_pyav(codec, _no_p
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
-def test_python_wave_module_files_are_read_as_pyav_reads_them(width, _no_pyav_container):
+def test_python_wave_module_files_are_read_as_pyav_reads_them(width, no_pyav_container):
     """Python's ``wave`` writer (format tag 1: 8-bit unsigned, 16-, 24-, 32-bit signed): FFmpeg's codec for each."""
     for rate, channels, frames in ((8000, 1, 1), (22050, 2, 4097), (48000, 6, 12345)):
         out = io.BytesIO()
@@ -183,7 +173,7 @@ _BEXT = _chunk(b"bext", b"speech corpus".ljust(602, b"\0") + b"A=PCM,F=16000\r\n
     ids=["float32", "float32-cbsize", "float64", "ext-float", "ext-pcm", "fact-list-bext", "junk-list-after",
          "chunks-after", "size-0", "size-ffffffff", "u8-odd"],  # fmt: skip
 )
-def test_hand_written_wavs_are_read_as_pyav_reads_them(data, _no_pyav_container):
+def test_hand_written_wavs_are_read_as_pyav_reads_them(data, no_pyav_container):
     """IEEE float (tag 3, 16- and 18-byte fmt), EXTENSIBLE PCM and float, odd-sized chunks before and after the
     data, a data size of 0 or 0xFFFFFFFF ("to the end", as wavdec.c reads it): answered without PyAV, as PyAV."""
     info = probe_audio(data, part="hand.wav")
@@ -284,7 +274,7 @@ def test_wavs_ffmpeg_reads_as_something_else_are_declined(build, codec):
 
 
 @pytest.mark.slow
-def test_ten_minutes_are_read_as_pyav_reads_them(_no_pyav_container):
+def test_ten_minutes_are_read_as_pyav_reads_them(no_pyav_container):
     data = encode_audio("wav", samples=48000 * 600 + 7, sample_rate=48000, channels=2)
     info = probe_audio(data, part="long.wav")
     assert (info.samples, info.sample_rate, info.channels, info.codec, info.container) == _pyav(data)
