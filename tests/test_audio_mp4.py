@@ -19,7 +19,7 @@ from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
 from vlmpack_offline.media.mp4_audio import mp4_audio
 from vlmpack_offline.reasons import DropError, Reason
-from vlmpack_offline.synthetic.audio import encode_audio, encode_video_with_audio, signal_chunks
+from vlmpack_offline.synthetic.audio import encode_audio, encode_video_with_audio, signal_chunks, write_signal
 
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 
@@ -124,13 +124,7 @@ def _ipod(codec: str, samples: int, options: dict[str, str], tags: dict[str, str
     with av.open(out, "w", format="ipod", options=options) as box:
         box.metadata.update(tags)
         stream = box.add_stream(codec, rate=44100, layout="stereo")
-        pts = 0
-        for chunk in signal_chunks(samples=samples, sample_rate=44100, channels=2, seed=samples):
-            frame = av.AudioFrame.from_ndarray(chunk, format="fltp", layout="stereo")
-            frame.sample_rate, frame.pts = 44100, pts
-            pts += chunk.shape[1]
-            box.mux(stream.encode(frame))
-        box.mux(stream.encode(None))
+        write_signal(box, stream, samples=samples, sample_rate=44100, channels=2, seed=samples)
     return out.getvalue()
 
 

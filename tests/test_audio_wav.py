@@ -22,7 +22,7 @@ from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import probe_audio
 from vlmpack_offline.media.wav_header import wav_samples
 from vlmpack_offline.reasons import DropError
-from vlmpack_offline.synthetic.audio import encode_audio, signal_chunks
+from vlmpack_offline.synthetic.audio import encode_audio, signal_chunks, write_signal
 
 RATES = (8000, 11025, 16000, 22050, 32000, 44100, 48000)
 _LAYOUTS = {1: "mono", 2: "stereo", 6: "5.1"}
@@ -208,13 +208,7 @@ def _spdif_ac3() -> bytes:
     out = io.BytesIO()
     with av.open(out, "w", format="spdif") as box:
         stream = box.add_stream("ac3", rate=48000, layout="stereo")
-        pts = 0
-        for chunk in signal_chunks(samples=48000, sample_rate=48000, channels=2):
-            frame = av.AudioFrame.from_ndarray(chunk, format="fltp", layout="stereo")
-            frame.sample_rate, frame.pts = 48000, pts
-            pts += chunk.shape[1]
-            box.mux(stream.encode(frame))
-        box.mux(stream.encode(None))
+        write_signal(box, stream, samples=48000, sample_rate=48000, channels=2)
     return out.getvalue()
 
 

@@ -32,7 +32,7 @@ import io
 
 import numpy as np
 
-__all__ = ["CONTAINERS", "encode_audio", "encode_video_with_audio", "signal_chunks", "truncated", "lying_wav",
+__all__ = ["CONTAINERS", "encode_audio", "encode_video_with_audio", "signal_chunks", "write_signal", "truncated", "lying_wav",
            "garbage", "rates_taken"]  # fmt: skip
 
 # container -> (PyAV format name, PyAV encoder name)
@@ -100,7 +100,7 @@ def encode_audio(container: str, *, samples: int, sample_rate: int, channels: in
         stream = box.add_stream(codec, rate=sample_rate, layout=layout)
         stream.codec_context.flags |= av.codec.context.Flags.bitexact  # no encoder version in the stream
         box.start_encoding()  # the header even when no packet follows (samples=0)
-        _write_signal(box, stream, samples=samples, sample_rate=sample_rate, channels=channels, seed=seed)
+        write_signal(box, stream, samples=samples, sample_rate=sample_rate, channels=channels, seed=seed)
     return out.getvalue()
 
 
@@ -110,7 +110,8 @@ def _layout(channels: int) -> str:
     return _LAYOUTS[channels - 1]
 
 
-def _write_signal(box, stream, *, samples: int, sample_rate: int, channels: int, seed: int) -> None:
+def write_signal(box, stream, *, samples: int, sample_rate: int, channels: int, seed: int = 0) -> None:
+    """``signal_chunks`` encoded by ``stream`` and muxed into ``box``, the encoder flushed at the end."""
     import av
 
     pts = 0
@@ -142,7 +143,7 @@ def encode_video_with_audio(*, seconds: float = 1.0, sample_rate: int = 44100, c
             frame.pts = index
             box.mux(video.encode(frame))
         box.mux(video.encode(None))
-        _write_signal(box, audio, samples=samples, sample_rate=sample_rate, channels=channels, seed=seed)
+        write_signal(box, audio, samples=samples, sample_rate=sample_rate, channels=channels, seed=seed)
     return out.getvalue()
 
 
