@@ -37,7 +37,7 @@ import numpy as np
 
 from .artifacts import atomic_open, canonical_json
 from .errors import StaleArtifactError
-from .packing._chunked import pack_chunk_end, release
+from .packing._chunked import RELEASE_EVERY, pack_chunks, release
 from .packing.alignment import round_up
 
 __all__ = [
@@ -116,15 +116,12 @@ class PlanArrays:
         out = np.zeros(self.n_packs, np.int64)
         if not self.token_len.size:
             return out
-        first = 0
-        while first < self.n_packs:  # whole packs of ~CHUNK sub-samples at a time: no int64 copy of token_len
-            last = pack_chunk_end(self.pack_offsets, first)
+        # whole packs of ~CHUNK sub-samples at a time: no int64 copy of token_len
+        for first, last in pack_chunks(self.pack_offsets, mapped=(self.token_len,)):
             lo, hi = int(self.pack_offsets[first]), int(self.pack_offsets[last])
             if hi > lo:
                 lengths = round_up(self.token_len[lo:hi].astype(np.int64), multiple)
                 out[first:last] = np.add.reduceat(lengths, self.pack_offsets[first:last] - lo)
-            first = last
-        release(self.token_len)
         return out
 
 
@@ -172,7 +169,7 @@ def _write_npy(member, array: np.ndarray, piece: int = 1 << 24) -> None:
     step = max(1, piece // max(array.itemsize, 1))
     for count, first in enumerate(range(0, array.size, step), 1):
         member.write(array[first : first + step].data)
-        if count % 16 == 0:  # 256 MiB of pages at most
+        if count % RELEASE_EVERY == 0:  # 16 pieces: 256 MiB of pages at most
             release(array)
     release(array)
 

@@ -9,11 +9,11 @@ docstrings name it), holding only its output plus O(``CHUNK``) (or O(keys)) scra
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["CHUNK", "counting_sort", "flatnonzero32", "pack_sums", "release", "rows"]
+__all__ = ["CHUNK", "counting_sort", "flatnonzero32", "pack_chunks", "pack_sums", "release", "rows"]
 
 CHUNK = 1 << 20  # elements per step: ~30 MB of scratch at most
 RELEASE_EVERY = 16  # chunks read from a memory-mapped array between two ``release`` calls (16 Mi elements' pages)
@@ -89,19 +89,28 @@ def pack_sums(values: np.ndarray, indexes: np.ndarray, offsets: np.ndarray, chun
     """int64 [P]: ``np.add.reduceat(values[indexes].astype(np.int64), offsets[:-1])``, the sum of a per-sample
     array over each pack ``indexes[offsets[p]:offsets[p + 1]]`` (0 for an empty pack list), gathered about
     ``chunk`` samples at a time (whole packs per step)."""
-    n_packs = len(offsets) - 1
-    out = np.zeros(n_packs, np.int64)
-    first, step = 0, 0
-    while first < n_packs:
-        last = pack_chunk_end(offsets, first, chunk)
+    out = np.zeros(len(offsets) - 1, np.int64)
+    for first, last in pack_chunks(offsets, chunk, mapped=(values, indexes)):
         lo, hi = int(offsets[first]), int(offsets[last])
         if hi > lo:
             out[first:last] = np.add.reduceat(values[indexes[lo:hi]].astype(np.int64), offsets[first:last] - lo)
+    return out
+
+
+def pack_chunks(offsets: np.ndarray, chunk: int = CHUNK, *, mapped: tuple[np.ndarray, ...] = ()
+                ) -> Iterator[tuple[int, int]]:
+    """The packs ``offsets`` delimits as runs ``(first, last)`` of whole packs holding about ``chunk`` samples
+    each (``pack_chunk_end``), in order. ``mapped``: arrays the caller reads through, whose pages are released
+    (``release``) every ``RELEASE_EVERY`` runs and once more at the end, so a pass over memory-mapped columns
+    holds a bounded number of their pages."""
+    first, step, n_packs = 0, 0, len(offsets) - 1
+    while first < n_packs:
+        last = pack_chunk_end(offsets, first, chunk)
+        yield first, last
         first, step = last, step + 1
         if step % RELEASE_EVERY == 0:
-            release(values, indexes)
-    release(values, indexes)
-    return out
+            release(*mapped)
+    release(*mapped)
 
 
 def pack_chunk_end(offsets: np.ndarray, first: int, chunk: int = CHUNK) -> int:

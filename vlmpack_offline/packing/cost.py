@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ._chunked import CHUNK, RELEASE_EVERY, pack_chunk_end, release
+from ._chunked import CHUNK, pack_chunks
 
 __all__ = ["CostModel", "DEFAULT_SIZES", "cost_model_for", "model_sizes", "pack_costs"]
 
@@ -200,11 +200,9 @@ def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, block
     lengths; ``audio`` the per-sample audio frames and squared windows, None for none), whole packs of about
     ``chunk`` samples at a time, so a billion samples need no billion-entry temporary (each pack's sum is
     the same whatever the chunk)."""
-    n_packs = len(offsets) - 1
-    out = np.zeros(n_packs, np.float64)
-    first, step = 0, 0
-    while first < n_packs:
-        last = pack_chunk_end(offsets, first, chunk)
+    out = np.zeros(len(offsets) - 1, np.float64)
+    mapped = (lengths, patches, blocks, indexes, *(audio or ()))  # memory-mapped columns: pages released as it goes
+    for first, last in pack_chunks(offsets, chunk, mapped=mapped):
         members = indexes[offsets[first] : offsets[last]]
         if members.size:
             length = lengths[members].astype(np.float64)
@@ -214,8 +212,4 @@ def pack_costs(model: CostModel, lengths: np.ndarray, patches: np.ndarray, block
                 per_sample += (model.audio_frame * audio[0][members]
                                + model.audio_attention * audio[1][members].astype(np.float64))
             out[first:last] = np.add.reduceat(per_sample, offsets[first:last] - offsets[first])
-        first, step = last, step + 1
-        if step % RELEASE_EVERY == 0:  # memory-mapped columns: their touched pages leave the RSS (_chunked.release)
-            release(lengths, patches, blocks, indexes, *(audio or ()))
-    release(lengths, patches, blocks, indexes, *(audio or ()))
     return out

@@ -30,7 +30,7 @@ from numpy.lib.format import open_memmap
 from ..artifacts import fingerprint
 from ..config import Config, section_fingerprint_payload
 from ..errors import PlanError, StaleArtifactError
-from ..packing._chunked import CHUNK, RELEASE_EVERY, pack_chunk_end, pack_sums, release
+from ..packing._chunked import CHUNK, RELEASE_EVERY, pack_chunks, pack_sums, release
 from ..packing.cost import CostModel, cost_model_for, pack_costs
 from ..packing.interleave import Mix, StepMix, window_deviation
 from ..plan_file import PlanArrays, jsonl_path, plan_meta_path, plan_path, read_plan_meta, write_plan_arrays
@@ -196,9 +196,8 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
         scratch.mkdir(parents=True, exist_ok=True)
         sample_index = open_memmap(scratch / "sample_index.npy", "w+", np.int64, (n_rows,))
         token_len = open_memmap(scratch / "token_len.npy", "w+", lengths.dtype, (n_rows,))
-    first, step = 0, 0
-    while first < len(order):  # the members of the packs in the new order, whole packs at a time
-        last = pack_chunk_end(new_offsets, first)
+    # the members of the packs in the new order, whole packs at a time
+    for first, last in pack_chunks(new_offsets, mapped=(sample_index, token_len, lengths, indexes)):
         lo, hi = int(new_offsets[first]), int(new_offsets[last])
         packs = order[first:last]
         starts, counts = offsets[packs], offsets[packs + 1] - offsets[packs]
@@ -206,10 +205,6 @@ def make_plan(indexes: np.ndarray, offsets: np.ndarray, pack_group: np.ndarray, 
         members = indexes[np.repeat(starts, counts) + within]
         sample_index[lo:hi] = members
         token_len[lo:hi] = lengths[members]
-        first, step = last, step + 1
-        if step % RELEASE_EVERY == 0:
-            release(sample_index, token_len, lengths, indexes)
-    release(sample_index, token_len, lengths, indexes)
     split = np.zeros(len(order), np.int8)
     split[n_train:] = 1
     return PlanArrays(
