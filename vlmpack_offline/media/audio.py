@@ -83,7 +83,7 @@ import numpy as np
 from ..reasons import DropError, Reason
 from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
 from .flac_walk import flac_samples
-from .mp4_audio import Mp4Audio, mp4_audio
+from .mp4_audio import AAC_RATES, Mp4Audio, mp4_audio
 from .wav_header import wav_samples
 
 __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampled_length"]
@@ -227,8 +227,6 @@ def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part
     return None
 
 
-# MPEG-4's sampling frequency index (ISO 14496-3 1.6.3.4): the rates an ADTS header or an AudioSpecificConfig names
-_AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 _AAC_FRAME = 1024  # samples per AAC-LC frame: FFmpeg's decoder outputs one such frame per packet
 
 
@@ -236,14 +234,14 @@ def _aac_plain(stream, rate: int) -> bool:
     """AAC-LC with 1024-sample frames at an MPEG-4 rate, as FFmpeg opened it (SBR or PS found in the first frames
     it decodes, or signalled, would make it HE-AAC, at twice the rate): every packet decodes to 1024 samples."""
     context = stream.codec_context
-    return context.profile == "LC" and context.frame_size == _AAC_FRAME and rate in _AAC_RATES
+    return context.profile == "LC" and context.frame_size == _AAC_FRAME and rate in AAC_RATES
 
 
 def _adts_samples(data: bytes, stream, rate: int) -> int | None:
     """Raw ADTS: 1024 samples per frame (``audio_headers.adts_frames``), no skip (FFmpeg's ``aac`` demuxer marks
     none); None when the file is not a plain chain of frames or its headers name another rate or layout."""
     frames = adts_frames(data)
-    if frames is None or _AAC_RATES[(data[2] >> 2) & 0x0F] != rate:
+    if frames is None or AAC_RATES[(data[2] >> 2) & 0x0F] != rate:
         return None
     channels = ((data[2] & 1) << 2) | (data[3] >> 6)  # channel_configuration 1-2: mono, stereo
     if channels not in (1, 2) or channels != stream.codec_context.channels:

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Mp4Audio", "mp4_audio"]
+__all__ = ["AAC_RATES", "Mp4Audio", "mp4_audio"]
 
-# MPEG-4's sampling frequency index (ISO 14496-3 1.6.3.4)
-_AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+# MPEG-4's sampling frequency index (ISO 14496-3 1.6.3.4): the rates an ADTS header or an AudioSpecificConfig names
+AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 _REFUSED_STBL = frozenset({b"ctts", b"stss", b"stps", b"stz2", b"cslg", b"saiz", b"saio", b"senc"})
 _STSD_CHILDREN = frozenset({b"esds", b"btrt"})  # mp4a children read or harmless; chan / wave / sinf decline
 
@@ -290,10 +290,10 @@ def _esds(data: memoryview, start: int, end: int) -> tuple[str, int, int, int] |
     aot, index, layout = field(0, 5), field(5, 4), field(9, 4)
     # GASpecificConfig: frameLengthFlag, dependsOnCoreCoder, extensionFlag all 0; then sync extension 0x2B7, the
     # extension object type 5 (SBR) with its flag 0: SBR signalled absent (mpeg4audio.c sets sbr = 0), 7 zero bits
-    if aot != 2 or index >= len(_AAC_RATES) or layout not in (1, 2) or field(13, 3) or field(16, 11) != 0x2B7 \
+    if aot != 2 or index >= len(AAC_RATES) or layout not in (1, 2) or field(13, 3) or field(16, 11) != 0x2B7 \
             or field(27, 5) != 5 or field(32, 1) or field(33, 7):  # fmt: skip
         return None
-    return "aac", _AAC_RATES[index], layout, 1024
+    return "aac", AAC_RATES[index], layout, 1024
 
 
 def _sample_table(data: memoryview, stbl: list[tuple[bytes, int, int]],
