@@ -342,9 +342,8 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
             "unfinished (--limit-shards): rerun without it to scan the rest; the shards done now are kept"
         )
     if counts["shards_scanned"] and seconds > 0:
-        rate = counts["samples_scanned"] / seconds
-        lines.append(f"time: {seconds:.1f}s, {rate:.0f} samples/s" if rate >= 10 else
-                     f"time: {seconds:.1f}s, {rate:.2g} samples/s")  # fmt: skip
+        rate = counts["samples_scanned"] / seconds  # two significant digits under 10/s (0.16, not 0)
+        lines.append(f"time: {seconds:.1f}s, {rate:{'.0f' if rate >= 10 else '.2g'}} samples/s")
     return lines, counts
 
 
