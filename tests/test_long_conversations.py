@@ -89,8 +89,14 @@ def test_each_labelled_run_is_the_answer_and_its_end_of_turn(counters, family, t
 def test_five_thousand_turns_are_labelled_in_linear_time(counters, family, monkeypatch):
     """The work is counted, not timed: every render goes through HF's ``render_jinja_template``, whose cost
     grows with the messages it renders; the turn-by-turn search rendered two growing prefixes per turn
-    (5,000 turns: about 50 million messages, minutes), the linear search the whole conversation a few times."""
+    (5,000 turns: about 50 million messages, minutes), the linear search the whole conversation a few times.
+
+    The exact search is pinned (``one_render=False``): where a template streams its messages, a renderer that
+    has proven it reads the spans off one render and calls no prefix render at all, so whether this test
+    counted anything would depend on which test used the shared counter first."""
     counter = counters(family)
+    monkeypatch.setattr(counter, "chat", spans.ChatRenderer(counter.chat.template, counter.chat.special_tokens_map,
+                                                            one_render=False))  # fmt: skip
     end, _ = END_OF_TURN[family]
     conversation = _conversation(5000, system=False)
     rendered = []  # messages per conversation rendered

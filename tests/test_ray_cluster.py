@@ -131,10 +131,20 @@ def _check_removed(sim, removal: _Removal, *, at_least: int) -> None:
     knows it is dead; then a fresh node takes its place for the next test."""
     assert removal.done.wait(_WATCH_S) and not removal.error, removal.error
     assert removal.committed_before >= at_least and not removal.over_before, removal
-    alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
-    assert alive[removal.node_id] is False
+    assert _declared_dead(removal.node_id), f"the cluster still lists node {removal.node_id} alive after {_WATCH_S} s"
     sim.add_node(num_cpus=1, object_store_memory=_STORE)
     sim.wait_for_nodes()
+
+
+def _declared_dead(node_id: str) -> bool:
+    """Whether the GCS lists the node dead, waited for: a task's retry elsewhere may end the stage before the
+    GCS has missed enough health checks (on a busy machine its checks run late), which says nothing wrong."""
+    deadline = time.monotonic() + _WATCH_S
+    while {n["NodeID"]: n["Alive"] for n in ray.nodes()}[node_id]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _committed_shards(work_dir: Path):
