@@ -57,6 +57,18 @@ def test_set_override_parses_value_as_yaml_and_wins_over_file(tmp_path):
     assert config.split.val_ratio == 0.25
 
 
+def test_an_int_written_as_a_float_names_its_digits_and_digits_with_underscores_load(tmp_path):
+    """YAML reads ``1e8`` as a string and ``1.0e8`` as a float: refused, with the value to write instead."""
+    path = _write(tmp_path, "{}\n")
+    for written in ("1e8", "1.0e8"):
+        with pytest.raises(ConfigError, match=r"packing.partition_samples.*write it in digits: 100_000_000"):
+            load_config(path, (f"packing.partition_samples={written}",))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ("packing.partition_samples=1.5",))
+    assert "digits" not in str(info.value)
+    assert load_config(path, ("packing.partition_samples=100_000_000",)).packing.partition_samples == 100_000_000
+
+
 def test_override_of_unknown_key_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="sample.nope"):
         load_config(_write(tmp_path, "{}\n"), ("sample.nope=1",))

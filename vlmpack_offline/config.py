@@ -375,10 +375,22 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
             kwargs[key] = [_build(typing.get_args(hint)[0], item, f"{dotted}[{i}]", source)
                            for i, item in enumerate(value)]
         elif not _type_ok(value, hint):
-            raise ConfigError(f"{source}: `{dotted}` = {value!r} is not a valid {_describe(hint)}")
+            raise ConfigError(f"{source}: `{dotted}` = {value!r} is not a valid {_describe(hint)}{_int_hint(value, hint)}")
         else:
             kwargs[key] = float(value) if hint is float else value
     return cls(**kwargs)
+
+
+def _int_hint(value: Any, hint: Any) -> str:
+    """How to write a number YAML reads as a float or a string (``1e8``) where an int is wanted."""
+    wants_int = hint is int or int in typing.get_args(hint)
+    try:
+        number = float(value) if isinstance(value, (str, float)) and not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if not wants_int or number is None or not number.is_integer():
+        return ""
+    return f" (write it in digits: {int(number):_})"
 
 
 def _describe(hint: Any) -> str:
