@@ -1,37 +1,47 @@
 """FLAC in its own container: the decoded length proven from the file's frame headers and CRCs, without PyAV.
 
-What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_parser.c, flac.c, flacdec.c):
+What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_parser.c, flac.c, flacdec.c; the
+parser read at the FIFO-less revision of FFmpeg 7 / 8, whose behaviour the libavcodec 62 PyAV bundles shows):
 
 - the demuxer reads the metadata blocks after ``fLaC`` (STREAMINFO first: rate, channels, bits, total samples,
   which becomes the stream's duration) and hands every byte after the last block to FFmpeg's FLAC parser;
-- the parser finds *candidate headers*: every offset where the bytes read 0xFFF8 or 0xFFF9 and the 16 bytes from
-  there pass ``ff_flac_decode_frame_header`` (flac.c: sync, a channel mode below 11, a sample size code other than
-  3, the reserved bit clear, a well-formed UTF-8 frame number, a block size code other than 0, a rate code other
-  than 15, and the header's CRC-8). It scores chains of candidates (``score_header``: 10 per header, less a
-  link's penalty: 7 or 10 per field that differs between two headers (rate, sample size, channels, blocking
-  strategy, ``check_header_fi_mismatch``), 7 for a frame number that does not follow, 50 for a CRC-16 that fails
-  between them) and hands out each packet from a header to its best child; the last runs to the end of the file.
-  The sources read here compute the CRC-16 only on a penalised link; the FFmpeg PyAV ships (libavcodec 62) loses
-  a frame's samples for one byte flipped in a frame's coded data under a whole header in some places and not in
-  others (in a 96-frame file: within the last ten frames, not in frames 5 or 50; in a 3-frame file: anywhere),
-  so the walk requires every frame's CRC-16 to check out, which makes every link between frames cost 0 under
-  either rule;
-- the decoder (flacdec.c) turns a packet into one frame of the header's block size.
+- the parser finds *candidate headers* (``find_headers_search``, ``find_headers_search_validate``): every offset
+  where the bytes read 0xFFF8 or 0xFFF9 and ``frame_header_is_valid`` accepts the bytes from there:
+  ``ff_flac_decode_frame_header`` (flac.c: a channel mode below 11, a sample size code other than 3, the reserved
+  bit clear, a well-formed UTF-8 frame number, a block size code other than 0, a rate code other than 15, the
+  header's CRC-8), then the first subframe's zero bit and a subframe type that is not reserved;
+- ``score_header`` scores each candidate 10 (less ``check_header_fi_mismatch`` against the last header handed
+  out) plus its best child among the next ``FLAC_MAX_SEQUENTIAL_HEADERS`` (4) candidates, less that link's
+  penalty (``check_header_mismatch``): 7 or 10 per field that differs (rate, sample size, channels, blocking
+  strategy), 7 for a frame number that does not follow, and 50 where the link's CRC-16 fails. The CRC-16 is
+  computed on a penalised link (unless the number gap is the one the frames between explain) and, since the
+  ``check_crc`` rule, on every clean link too, except a link out of the header right after the last one handed
+  out. Links are scored as their child arrives, about ``FLAC_MIN_HEADERS`` (10) headers ahead of the output, so
+  nearly every frame's CRC-16 is read mid-stream, not only at the end; ``flac_parse`` hands out a header's bytes
+  up to its best child (the last header: to the end of the file) and, at the end of the stream, the best-scoring
+  header left each time;
+- the decoder (flacdec.c ``flac_decode_frame``) turns a packet into one frame of the header's block size, or
+  fails on coded data it cannot read (that frame's samples are lost, wherever it is). It enforces the CRC-16
+  itself only under ``err_detect`` (off by default: PyAV decodes many one-byte-damaged frames through), so an
+  intact CRC-16 is what proves a frame decodes as the encoder wrote it.
 
-So where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata (fixed block size, one
-rate, sample size and channel count, agreeing with STREAMINFO and summing to its total), each frame's bytes up to
-the next one (the last: up to the end of the file) end with their own CRC-16, and every other candidate is one
-the scoring provably discards (``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples``
-finds every 0xFFF8/9 offset with one C regex scan, reads all candidates at once with numpy (``_headers``) and
-checks the CRC-16s with FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a
-candidate it cannot rule out, variable block size, fewer samples than the total, metadata it does not read, an
-ID3 tag before ``fLaC``, no libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every
-packet, the last frames decoded after a seek) decides, as before.
+A damaged frame therefore changes the count anywhere in the file (measured: one byte flipped in frames 2, 21,
+91, ... of a 192-frame file loses 4608 samples, and the packets change), not only in the last window: every
+frame's CRC-16 is read. Where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata
+(fixed block size, one rate, sample size and channel count, agreeing with STREAMINFO and summing to its total),
+each frame's bytes up to the next one (the last: up to the end of the file) end with their own CRC-16 (every link
+between frames then costs 0, checked or not), and every other candidate is one the scoring provably discards
+(``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples`` finds every 0xFFF8/9 offset
+with one numpy pass (``_syncs``), reads all candidates at once (``_headers``; it does not read the subframe byte,
+so it keeps a superset of FFmpeg's candidates, which only ever makes it decline more) and checks the CRC-16s with
+FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a candidate it cannot rule out,
+variable block size, fewer samples than the total, metadata it does not read, an ID3 tag before ``fLaC``, no
+libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every packet, the last frames
+decoded after a seek) decides, as before.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -40,8 +50,8 @@ import numpy as np
 
 __all__ = ["FlacStream", "flac_samples"]
 
-_SYNC = re.compile(rb"\xff[\xf8\xf9]")  # a frame header's first 15 bits (0x7FFC) and its blocking strategy bit
 _HEADER = 16  # MAX_FRAME_HEADER_SIZE: the bytes flac_parser.c hands ff_flac_decode_frame_header (zeros past EOF)
+_SEQUENTIAL = 4  # FLAC_MAX_SEQUENTIAL_HEADERS: the candidates after a header that score_header takes as its children
 _MIN_FRAME = 10  # FLAC_MIN_FRAME_SIZE: a smaller packet decodes to nothing (flacdec.c)
 _METADATA_KNOWN = frozenset({0, 1, 2, 3, 4})  # STREAMINFO, PADDING, APPLICATION, SEEKTABLE, VORBIS_COMMENT
 # flac.c / flacdata.c tables, indexed by the header's codes
@@ -64,7 +74,25 @@ def _crc8_table() -> np.ndarray:
     return np.array(table, dtype=np.uint8)
 
 
-_CRC8 = _crc8_table()
+def _crc8_at(table: np.ndarray) -> np.ndarray:
+    """``[j, b]``: the CRC-8 of byte b followed by j zero bytes. The CRC is linear (initial value 0), so a header's
+    CRC-8 is the XOR of ``[distance to its last byte, byte]`` over its bytes: one table look-up per byte, all
+    candidates and bytes at once."""
+    rows = [table]
+    for _ in range(_HEADER - 1):
+        rows.append(table[rows[-1]])
+    return np.stack(rows)
+
+
+_CRC8_AT = _crc8_at(_crc8_table())
+
+
+def _syncs(data: bytes, start: int) -> np.ndarray:
+    """Every offset from ``start`` where the bytes read 0xFFF8 or 0xFFF9 (a frame header's 15 sync bits and its
+    blocking strategy bit): where flac_parser.c's ``find_headers_search`` calls ``find_headers_search_validate``."""
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    ones = np.flatnonzero(buffer[start:-1] == 0xFF) + start
+    return ones[(buffer[ones + 1] & 0xFE) == 0xF8]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,8 +123,7 @@ def flac_samples(data: bytes) -> FlacStream | None:
     if crc is None:
         return None
     data = data if isinstance(data, bytes) else bytes(data)  # the CRC reads the bytes object's own buffer
-    candidates = np.array([match.start() for match in _SYNC.finditer(data, info.start)], dtype=np.int64)
-    offsets, numbers, blocks, strategy = _headers(data, candidates)
+    offsets, numbers, blocks, strategy = _headers(data, _syncs(data, info.start))
     if not len(offsets) or offsets[0] != info.start:
         return None
     first = strategy[0]
@@ -128,11 +155,12 @@ def flac_samples(data: bytes) -> FlacStream | None:
 def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
     """Whether the parser's scoring (flac_parser.c ``score_header``) picks the frames' chain over every other
     candidate ``others`` (valid headers inside a frame that differ from the frames in rate, sample size, channels
-    or blocking strategy). It does when each lies before the last frame and any two have at least 3 frame headers
-    between them, as follows. Along the chain every link costs 0 (same fields, next number, the frame's CRC-16
-    checks out), so a frame header scores at least 10 more than the next one, and at least 10. A candidate F
+    or blocking strategy). It does when each lies before the last frame and any two have at least 4 frame headers
+    (``FLAC_MAX_SEQUENTIAL_HEADERS``: no such candidate is another's child) between them, as follows. Along the
+    chain every link costs 0 (same fields, next number, the frame's CRC-16 checks out), so a frame header scores
+    at least 10 more than the next one, and at least 10. A candidate F
     inside frame k scores at most 10 (its base, lowered by a difference from the last header handed out) plus its
-    best child's score less 7 (each of its children, within the next 3 headers, is a frame header it differs from:
+    best child's score less 7 (each of its children, within the next 4 headers, is a frame header it differs from:
     ``check_header_fi_mismatch``'s penalty, 7 or 10, before any CRC-16 check), so at most max(10, S(k+1) + 3);
     reached from a frame header it costs at least 7 again, at most max(3, S(k+1) - 4): below the next frame
     header's S(k+1) >= 10, which is therefore the best child of every frame header (and frame 0 the first header
@@ -140,7 +168,7 @@ def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
     if not len(others):
         return True
     inside = np.searchsorted(frames, others)  # frame headers before each candidate: it lies in frame inside - 1
-    return bool(inside.max() < len(frames) and np.all(np.diff(inside) >= 3))
+    return bool(inside.max() < len(frames) and np.all(np.diff(inside) >= _SEQUENTIAL))
 
 
 def _streaminfo(data: bytes) -> _StreamInfo | None:
@@ -206,10 +234,9 @@ def _headers(data: bytes, at: np.ndarray):
     rate = np.where(rate_code == 14, (head[rows, at_end] << 8 | head[rows, at_end + 1]) * 10, rate)
     end = end + (rate_code == 12) + 2 * (rate_code >= 13)  # the CRC-8 byte
     keep = np.flatnonzero(valid)  # the CRC-8 only where every field reads
-    crc, end, bytes_ = np.zeros(len(keep), dtype=np.int64), end[keep], head[keep]
-    for k in range(int(end.max(initial=0)) + 1):
-        crc = np.where(k <= end, _CRC8[crc ^ bytes_[:, k]], crc)
-    keep = keep[crc == 0]
+    behind = end[keep, None] - np.arange(_HEADER)  # each byte's distance from the CRC-8 byte (< 0: past it)
+    terms = _CRC8_AT[np.maximum(behind, 0), head[keep]]
+    keep = keep[np.bitwise_xor.reduce(np.where(behind >= 0, terms, 0), axis=1) == 0]
     channels = np.where(mode[keep] < 8, mode[keep] + 1, 2)
     strategy = np.stack([head[keep, 1] & 1, rate[keep], _SAMPLE_BITS[bits_code[keep]], channels], axis=1)
     return at[keep], number[keep], block[keep], strategy
