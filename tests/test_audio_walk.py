@@ -267,3 +267,64 @@ def test_flac_the_walk_does_not_read_is_counted_by_the_pyav_path(edit):
     assert flac_samples(data) is None
     info = probe_audio(data, part="tagged.flac")
     assert (info.samples, info.sample_rate) == decoded(data) == (44100 * 2 + 5, 44100)
+
+
+def _flac_frames(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each frame, found by PyAV's own demuxer and FFmpeg's parser (their packets' positions)."""
+    with av.open(io.BytesIO(data)) as opened:
+        starts = [packet.pos for packet in opened.demux(audio=0) if packet.size]
+    return list(zip(starts, [*starts[1:], len(data)], strict=True))
+
+
+def _frame_damage(data: bytes, start: int, end: int):
+    """One frame damaged in each way a file meets: a byte flipped in its header (a field, then the CRC-8), in its
+    coded data (near its start, middle and end), in its CRC-16; the file cut at the frame's start, in its middle
+    and one byte before its end."""
+    for at, mask in ((start + 2, 0x10), (start + 5, 0x01), (start + 8, 0xFF), ((start + end) // 2, 0xFF),
+                     (end - 4, 0x80), (end - 1, 0x01)):  # fmt: skip
+        damaged = bytearray(data)
+        damaged[at] ^= mask
+        yield f"flip {at - start} of {end - start}", bytes(damaged)
+    for cut in (start, (start + end) // 2, end - 1):
+        yield f"cut at {cut - start} of {end - start}", data[:cut]
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "samples"),
+    [
+        (44100, 2, 1000),  # one frame
+        (16000, 1, 4096 + 5),  # two frames, the last of 5 samples
+        (48000, 2, 3 * 4096),  # three full frames
+        (8000, 1, 8000 * 3 + 17),  # 6 frames
+        (22050, 2, 22050 * 4 + 1),  # 22 frames
+        (44100, 2, 44100 * 10 + 3),  # 108 frames
+    ],
+)
+def test_flac_damage_at_every_frame_position_is_the_decoders_count_or_declined(rate, channels, samples):
+    """Damage (``_frame_damage``) to the first frames, one in the middle and the last four: wherever it is, the walk
+    gives exactly the samples PyAV's decoder yields from the damaged file, or declines (the PyAV path decides).
+    FFmpeg's parser reads frames' CRC-16s all through the file (not only in its end-of-stream window) and its
+    decoder fails on damaged coded data anywhere, so no frame's CRC-16 can go unread."""
+    data = encode_audio("flac", samples=samples, sample_rate=rate, channels=channels, seed=samples)
+    assert flac_samples(data) is not None
+    frames = _flac_frames(data)
+    count = len(frames)
+    positions = sorted({0, 1, 2, count // 2, count - 4, count - 3, count - 2, count - 1} & set(range(count)))
+    wrong = []
+    for k in positions:
+        for damage, damaged in _frame_damage(data, *frames[k]):
+            got = flac_samples(damaged)
+            if got is not None and (got.samples, got.sample_rate) != decoded(damaged):
+                wrong.append((k, damage, got.samples, decoded(damaged)))
+    assert not wrong, wrong
+
+
+def test_flac_a_damaged_frame_early_in_a_long_file_loses_samples_in_ffmpeg():
+    """Why the walk reads every frame's CRC-16, not only the last few frames': one byte flipped in frame 2 of 192
+    (20 s at 44.1 kHz) makes FFmpeg's parser and decoder hand out a frame less, so the walk must decline there."""
+    data = encode_audio("flac", samples=44100 * 20 + 3, sample_rate=44100, channels=2, seed=5)
+    start, end = _flac_frames(data)[2]
+    damaged = bytearray(data)
+    damaged[int(start + 16 + (end - start - 18) * 0.3)] ^= 0xFF
+    assert decoded(bytes(damaged)) == (44100 * 20 + 3 - 4608, 44100)
+    assert flac_samples(bytes(damaged)) is None
