@@ -1,7 +1,9 @@
 """FLAC in its own container: the decoded length proven from the file's frame headers and CRCs, without PyAV.
 
 What FFmpeg does with a ``.flac`` file (libavformat/flacdec.c, libavcodec/flac_parser.c, flac.c, flacdec.c; the
-parser read at the FIFO-less revision of FFmpeg 7 / 8, whose behaviour the libavcodec 62 PyAV bundles shows):
+parser as read in recent FFmpeg trees: its own ``FifoBuffer``, ``FLAC_MAX_SEQUENTIAL_HEADERS`` 4, the subframe
+check and ``check_crc``. The libavcodec 62.28 / FFmpeg 8.1.2 PyAV bundles behaves as it does, not as the older
+parser without ``check_crc``, where damaged coded data changes no packet unless it makes or breaks a candidate):
 
 - the demuxer reads the metadata blocks after ``fLaC`` (STREAMINFO first: rate, channels, bits, total samples,
   which becomes the stream's duration) and hands every byte after the last block to FFmpeg's FLAC parser;
