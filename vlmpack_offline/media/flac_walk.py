@@ -54,6 +54,7 @@ __all__ = ["FlacStream", "flac_samples"]
 
 _HEADER = 16  # MAX_FRAME_HEADER_SIZE: the bytes flac_parser.c hands ff_flac_decode_frame_header (zeros past EOF)
 _SEQUENTIAL = 4  # FLAC_MAX_SEQUENTIAL_HEADERS: the candidates after a header that score_header takes as its children
+_SCAN = 1 << 20  # bytes compared per block by the sync scan
 _MIN_FRAME = 10  # FLAC_MIN_FRAME_SIZE: a smaller packet decodes to nothing (flacdec.c)
 _METADATA_KNOWN = frozenset({0, 1, 2, 3, 4})  # STREAMINFO, PADDING, APPLICATION, SEEKTABLE, VORBIS_COMMENT
 # flac.c / flacdata.c tables, indexed by the header's codes
@@ -93,7 +94,11 @@ def _syncs(data: bytes, start: int) -> np.ndarray:
     """Every offset from ``start`` where the bytes read 0xFFF8 or 0xFFF9 (a frame header's 15 sync bits and its
     blocking strategy bit): where flac_parser.c's ``find_headers_search`` calls ``find_headers_search_validate``."""
     buffer = np.frombuffer(data, dtype=np.uint8)
-    ones = np.flatnonzero(buffer[start:-1] == 0xFF) + start
+    firsts, equal, ones = buffer[:-1], np.empty(_SCAN, dtype=bool), [np.zeros(0, dtype=np.int64)]
+    for at in range(start, len(firsts), _SCAN):  # a block at a time: no file-sized temporary to fault in
+        block = firsts[at : at + _SCAN]
+        ones.append(np.flatnonzero(np.equal(block, 0xFF, out=equal[: len(block)])) + at)
+    ones = np.concatenate(ones)
     return ones[(buffer[ones + 1] & 0xFE) == 0xF8]
 
 
