@@ -22,14 +22,14 @@ parser without ``check_crc``, where damaged coded data changes no packet unless 
   nearly every frame's CRC-16 is read mid-stream, not only at the end; ``flac_parse`` hands out a header's bytes
   up to its best child (the last header: to the end of the file) and, at the end of the stream, the best-scoring
   header left each time;
-- the decoder (flacdec.c ``flac_decode_frame``) turns a packet into one frame of the header's block size, or
-  fails on coded data it cannot read (that frame's samples are lost, wherever it is). It enforces the CRC-16
-  itself only under ``err_detect`` (off by default: PyAV decodes many one-byte-damaged frames through), so an
-  intact CRC-16 is what proves a frame decodes as the encoder wrote it.
+- the decoder (flacdec.c ``flac_decode_frame``) turns a packet into one frame of the header's block size. It
+  enforces the CRC-16 only under ``err_detect`` (off by default), so a damaged frame handed out as its own packet
+  keeps its samples unless its coded data cannot be decoded at all; an intact CRC-16 is what proves a frame
+  decodes as the encoder wrote it.
 
-A damaged frame therefore changes the count anywhere in the file (measured: one byte flipped in frames 2, 21,
-91, ... of a 192-frame file loses 4608 samples, and the packets change), not only in the last window: every
-frame's CRC-16 is read. Where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata
+A damaged frame therefore changes the count anywhere in the file, not only in the parser's end-of-stream window
+(measured: one byte flipped in frame 2, 21, 91, ... of a 192-frame file changes PyAV's packets and loses 4608
+samples; in frame 5 it changes nothing): every frame's CRC-16 is read. Where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata
 (fixed block size, one rate, sample size and channel count, agreeing with STREAMINFO and summing to its total),
 each frame's bytes up to the next one (the last: up to the end of the file) end with their own CRC-16 (every link
 between frames then costs 0, checked or not), and every other candidate is one the scoring provably discards
