@@ -29,17 +29,17 @@ parser without ``check_crc``, where damaged coded data changes no packet unless 
 
 A damaged frame therefore changes the count anywhere in the file, not only in the parser's end-of-stream window
 (measured: one byte flipped in frame 2, 21, 91, ... of a 192-frame file changes PyAV's packets and loses 4608
-samples; in frame 5 it changes nothing): every frame's CRC-16 is read. Where the candidates are frames 0, 1, ..., n-1 from the first byte after the metadata
-(fixed block size, one rate, sample size and channel count, agreeing with STREAMINFO and summing to its total),
-each frame's bytes up to the next one (the last: up to the end of the file) end with their own CRC-16 (every link
-between frames then costs 0, checked or not), and every other candidate is one the scoring provably discards
-(``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples`` finds every 0xFFF8/9 offset
-with one numpy pass (``_syncs``), reads all candidates at once (``_headers``; it does not read the subframe byte,
-so it keeps a superset of FFmpeg's candidates, which only ever makes it decline more) and checks the CRC-16s with
-FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a candidate it cannot rule out,
-variable block size, fewer samples than the total, metadata it does not read, an ID3 tag before ``fLaC``, no
-libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every packet, the last frames
-decoded after a seek) decides, as before.
+samples; in frame 5 it changes nothing): every frame's CRC-16 is read. Where the candidates are frames 0, 1, ...,
+n-1 from the first byte after the metadata (fixed block size, one rate, sample size and channel count, agreeing with
+STREAMINFO and summing to its total), each frame's bytes up to the next one (the last: up to the end of the file)
+end with their own CRC-16 (every link between frames then costs 0, checked or not), and every other candidate is one
+the scoring provably discards (``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples``
+finds every 0xFFF8/9 offset with one numpy pass (``_syncs``), reads all candidates at once (``_headers``; it does
+not read the subframe byte, so it keeps a superset of FFmpeg's candidates, which only ever makes it decline more)
+and checks the CRC-16s with FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a
+candidate it cannot rule out, variable block size, fewer samples than the total, metadata it does not read, an ID3
+tag before ``fLaC``, no libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every
+packet, the last frames decoded after a seek) decides, as before.
 """
 
 from __future__ import annotations
@@ -160,18 +160,18 @@ def flac_samples(data: bytes) -> FlacStream | None:
 
 
 def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
-    """Whether the parser's scoring (flac_parser.c ``score_header``) picks the frames' chain over every other
-    candidate ``others`` (valid headers inside a frame that differ from the frames in rate, sample size, channels
-    or blocking strategy). It does when each lies before the last frame and any two have at least 4 frame headers
+    """Whether the parser's scoring (flac_parser.c ``score_header``) picks the frames' chain over every other candidate
+    ``others`` (valid headers inside a frame that differ from the frames in rate, sample size, channels or blocking
+    strategy). It does when each lies before the last frame and any two have at least 4 frame headers
     (``FLAC_MAX_SEQUENTIAL_HEADERS``: no such candidate is another's child) between them, as follows. Along the
-    chain every link costs 0 (same fields, next number, the frame's CRC-16 checks out), so a frame header scores
-    at least 10 more than the next one, and at least 10. A candidate F
-    inside frame k scores at most 10 (its base, lowered by a difference from the last header handed out) plus its
-    best child's score less 7 (each of its children, within the next 4 headers, is a frame header it differs from:
-    ``check_header_fi_mismatch``'s penalty, 7 or 10, before any CRC-16 check), so at most max(10, S(k+1) + 3);
-    reached from a frame header it costs at least 7 again, at most max(3, S(k+1) - 4): below the next frame
-    header's S(k+1) >= 10, which is therefore the best child of every frame header (and frame 0 the first header
-    handed out). A candidate in the last frame has no frame header after it to lose to: declined."""
+    chain every link costs 0 (same fields, next number, the frame's CRC-16 checks out), so a frame header scores at
+    least 10 more than the next one, and at least 10. A candidate F inside frame k scores at most 10 (its base,
+    lowered by a difference from the last header handed out) plus its best child's score less 7 (each of its
+    children, within the next 4 headers, is a frame header it differs from: ``check_header_fi_mismatch``'s penalty,
+    7 or 10, before any CRC-16 check), so at most max(10, S(k+1) + 3); reached from a frame header it costs at least
+    7 again, at most max(3, S(k+1) - 4): below the next frame header's S(k+1) >= 10, which is therefore the best
+    child of every frame header (and frame 0 the first header handed out). A candidate in the last frame has no
+    frame header after it to lose to: declined."""
     if not len(others):
         return True
     inside = np.searchsorted(frames, others)  # frame headers before each candidate: it lies in frame inside - 1
