@@ -151,3 +151,29 @@ def test_a_snapshot_read_ahead_in_a_thread_is_the_same_and_fails_over_alike(tmp_
     assert again(texts, add_special_tokens=False)["input_ids"] == oracle(texts, add_special_tokens=False)["input_ids"]
     tokenizer_snapshot.prefetch_counting_tokenizer(folder, trust_remote_code=True)  # never for a folder's own code
     assert not tokenizer_snapshot._READ_AHEAD
+
+
+def test_ascii_texts_skip_only_a_normalizer_that_leaves_them_as_they_are(tmp_path):
+    """Qwen's NFC leaves ASCII as it is: ASCII texts are encoded with it off, the others with it, each batch as
+    transformers encodes it. A normalized added token whose NFC form is ASCII (U+212A KELVIN SIGN is "K" under
+    NFC, so the token matches a plain "K") keeps the normalizer on for every text."""
+    plain = str(build_processor_dir(tmp_path / "plain", "qwen2_5_vl"))
+    kelvin = build_processor_dir(tmp_path / "kelvin", "qwen2_5_vl")
+    config = json.loads((kelvin / "tokenizer_config.json").read_text())  # Qwen2Tokenizer's added tokens are these
+    added = config["added_tokens_decoder"]
+    added[str(max(map(int, added)) + 1)] = {"content": "\u212a", "lstrip": False, "normalized": True, "rstrip": False,
+                                            "single_word": False, "special": False}  # fmt: skip
+    (kelvin / "tokenizer_config.json").write_text(json.dumps(config))
+    ascii_texts = ["OK, 5 K and a Kelvin", "<|im_start|>user\nK<|im_end|>\n", "  K\tk  ", ""]
+    mixed = [*ascii_texts, "caf\u00e9 \u212a K", "e\u0301 K"]
+    for folder, skips in ((plain, True), (str(kelvin), False)):
+        oracle = load_counting_tokenizer(folder)
+        snapshot = load_counting_tokenizer(folder)
+        assert isinstance(snapshot, TokenizerSnapshot)
+        assert (snapshot.ascii_normalizer is not None) is skips, folder
+        for texts in (ascii_texts, mixed, mixed[::-1]):
+            assert snapshot(texts, add_special_tokens=False)["input_ids"] == \
+                oracle(texts, add_special_tokens=False)["input_ids"], (folder, texts)
+        assert type(snapshot.backend.normalizer).__name__ == "NFC"  # set back after every call
+    kelvin_id = oracle.convert_tokens_to_ids("\u212a")
+    assert kelvin_id in oracle("OK", add_special_tokens=False)["input_ids"]  # the case the check is for

@@ -78,16 +78,42 @@ class TokenizerSnapshot:
     added_tokens_decoder: dict[int, _Added]
     class_name: str  # the transformers class it was saved from, for messages
     token_attributes: dict[str, str] = field(default_factory=dict)  # image_token, boi_token, ... where set
+    ascii_normalizer: Any = None  # the backend's normalizer where it leaves ASCII text as it is (_ascii_identity)
 
     def __call__(self, text: str | Sequence[str], *, add_special_tokens: bool = True) -> dict[str, list]:
-        """``{"input_ids": ...}`` as ``TokenizersBackend.__call__`` gives it for plain text (one list per text)."""
+        """``{"input_ids": ...}`` as ``TokenizersBackend.__call__`` gives it for plain text (one list per text).
+
+        ASCII texts skip the normalizer where it cannot change them (``_ascii_identity``): the same ids, a tenth
+        less of the tokenizer's time on ``benchmarks/bench_scan.py``'s texts; the others go through it."""
         batch = [text] if isinstance(text, str) else list(text)
+        plain = [] if self.ascii_normalizer is None else [i for i, t in enumerate(batch) if t.isascii()]
+        if not plain:
+            ids = self._encode(batch, add_special_tokens)
+        elif len(plain) == len(batch):
+            ids = self._without_normalizer(batch, add_special_tokens)
+        else:
+            ids = [[] for _ in batch]
+            rest = [i for i, t in enumerate(batch) if not t.isascii()]
+            for index, found in zip(plain, self._without_normalizer([batch[i] for i in plain], add_special_tokens),
+                                    strict=True):  # fmt: skip
+                ids[index] = found
+            for index, found in zip(rest, self._encode([batch[i] for i in rest], add_special_tokens), strict=True):
+                ids[index] = found
+        return {"input_ids": ids[0] if isinstance(text, str) else ids}
+
+    def _encode(self, batch: list[str], add_special_tokens: bool) -> list[list[int]]:
         # encode_batch_fast: encode_batch less the character offsets (the same ids; a sixth less CPU), where the
         # installed tokenizers has it
         encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        encodings = encode(batch, add_special_tokens=add_special_tokens) if batch else []
-        ids = [encoding.ids for encoding in encodings]
-        return {"input_ids": ids[0] if isinstance(text, str) else ids}
+        return [encoding.ids for encoding in encode(batch, add_special_tokens=add_special_tokens)] if batch else []
+
+    def _without_normalizer(self, batch: list[str], add_special_tokens: bool) -> list[list[int]]:
+        """``_encode`` of ASCII texts with the normalizer off for the call (set back whatever happens)."""
+        self.backend.normalizer = None
+        try:
+            return self._encode(batch, add_special_tokens)
+        finally:
+            self.backend.normalizer = self.ascii_normalizer
 
     def convert_tokens_to_ids(self, token: str) -> int | None:
         """The token's id, else the unknown token's (HF's ``_convert_token_to_id_with_added_voc``)."""
@@ -239,7 +265,28 @@ def _build(backend, *, added: list[tuple[int, _Added]], **facts) -> TokenizerSna
     backend.no_truncation()  # as TokenizersBackend.set_truncation_and_padding leaves it for a plain call
     backend.no_padding()
     backend.encode_special_tokens = facts["split_special_tokens"]
-    return TokenizerSnapshot(backend=backend, added_tokens_decoder=dict(added), **facts)
+    ascii_normalizer = backend.normalizer if _ascii_identity(backend.normalizer, [t for _, t in added]) else None
+    return TokenizerSnapshot(backend=backend, added_tokens_decoder=dict(added), ascii_normalizer=ascii_normalizer,
+                             **facts)  # fmt: skip
+
+
+_UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})  # each maps every ASCII character to itself
+
+
+def _ascii_identity(normalizer, added: Sequence[_Added]) -> bool:
+    """Whether an ASCII text gets the same ids with ``normalizer`` off: it is Unicode normal forms only (``tokenizers``'
+    ``normalizers/unicode.rs``: ASCII is its own NFC, NFD, NFKC and NFKD), and every added token matched on
+    normalized text is ASCII itself (``added_vocabulary.rs`` matches those on their normalized content: a
+    U+212A KELVIN SIGN token is "K" under NFKC and would match an ASCII "K" only with the normalizer on)."""
+    if normalizer is None:
+        return False
+    try:
+        state = json.loads(normalizer.__getstate__())
+    except Exception:  # noqa: BLE001 - a normalizer without a JSON state: kept on for every text
+        return False
+    forms = state.get("normalizers", []) if state.get("type") == "Sequence" else [state]
+    return (bool(forms) and all(isinstance(f, dict) and f.get("type") in _UNICODE_FORMS for f in forms)
+            and all(t.content.isascii() for t in added if t.normalized))  # fmt: skip
 
 
 def _probe_texts(tokenizer) -> list[str]:
