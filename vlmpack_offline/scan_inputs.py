@@ -41,7 +41,8 @@ def scan_settings(config: Config) -> dict[str, Any]:
     payload = section_fingerprint_payload(config, "data", "model", "video", "loss")
     data = payload["data"]
     # where things go does not change the counts, nor does how much of each source a plan uses
-    for name in ("work_dir", "packed_wds_dir", "mix_by", "allow_empty_sources"):
+    # nor does where the rows are kept (the layout is checked on its own: scan._open_manifest)
+    for name in ("work_dir", "packed_wds_dir", "mix_by", "allow_empty_sources", "manifest_layout", "manifest_jsonl"):
         data.pop(name, None)
     data["sources"] = {source["name"]: {k: source[k] for k in _SCANNED} for source in data["sources"]}
     if not data["sources"]:

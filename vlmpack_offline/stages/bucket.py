@@ -522,7 +522,7 @@ def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int, 
         if not overlong.size:
             return
         with Manifest(manifest_path(config.work_dir)) as manifest:
-            rows = manifest.conn.execute(
+            rows = manifest.select_samples(
                 "SELECT id, token_len FROM samples WHERE status = 'ok' AND ((token_len + ? - 1) / ?) * ? > ? "
                 "ORDER BY shard, seq",
                 (multiple, multiple, multiple, capacity),
