@@ -169,13 +169,18 @@ def test_a_rerun_is_a_no_op_that_leaves_every_part_as_it_was(runs):
     assert {p: p.stat().st_mtime_ns for p in times} == times
 
 
-def test_manifest_jsonl_when_asked_is_the_single_layouts_report(runs, tmp_path):
+def test_manifest_jsonl_is_written_when_asked_and_only_then(runs, tmp_path):
     root = runs["root"]
     work = tmp_path / "asked"
     raw = _raw(root, "asked", "parts", manifest_jsonl=True)
     raw["data"]["work_dir"] = str(work)
     scan.run(config_from_dict(raw, source="test"))
     assert (work / "manifest.jsonl").read_bytes() == (root / "single" / "manifest.jsonl").read_bytes()
+    raw = _raw(root, "unasked", "single", manifest_jsonl=False)
+    raw["data"]["work_dir"] = str(tmp_path / "unasked")
+    assert not scan.run(config_from_dict(raw, source="test")).skipped
+    assert not (tmp_path / "unasked" / "manifest.jsonl").exists()
+    assert scan.run(config_from_dict(raw, source="test")).skipped  # no report asked: none needed to be up to date
 
 
 def test_a_manifest_of_the_other_layout_is_refused_until_a_rescan(runs, tmp_path):

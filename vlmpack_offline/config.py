@@ -105,6 +105,11 @@ class DataConfig:
     manifest_jsonl: bool | None = None
 
     @property
+    def writes_manifest_jsonl(self) -> bool:
+        """``manifest_jsonl``, or unset: written in the single layout only."""
+        return self.manifest_layout == "single" if self.manifest_jsonl is None else self.manifest_jsonl
+
+    @property
     def source_list(self) -> tuple[SourceConfig, ...]:
         """The sources to scan: ``sources``, else ``wds_dir`` as one source named ``default``."""
         if self.sources:

@@ -37,11 +37,11 @@ from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..families.media_mix import check_group_by
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
-from ..manifest_parts import parts_dir, remove_parts
+from ..manifest_parts import remove_parts
 from ..output.layout import check_folder_layout
 from ..provenance import changes, stale_message
 from ..reasons import Reason
-from ..scan_inputs import RESCAN_HINT, scan_inputs_fingerprint, scan_settings
+from ..scan_inputs import RESCAN_HINT, manifest_report, scan_inputs_fingerprint, scan_settings
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
 from ._shard_task import ShardTask
@@ -54,19 +54,6 @@ __all__ = ["run", "discover_shards", "discover_sources", "manifest_jsonl_path"]
 
 def manifest_jsonl_path(config: Config) -> Path:
     return config.work_dir / "manifest.jsonl"
-
-
-def _wants_jsonl(config: Config) -> bool:
-    """``data.manifest_jsonl``, or unset: written in the single layout only."""
-    data = config.data
-    return data.manifest_layout == "single" if data.manifest_jsonl is None else data.manifest_jsonl
-
-
-def _report(config: Config) -> Path:
-    """Where each drop's reason can be read: manifest.jsonl, else the manifest itself (its parts)."""
-    if _wants_jsonl(config):
-        return manifest_jsonl_path(config)
-    return parts_dir(config.work_dir) if config.data.manifest_layout == "parts" else manifest_path(config.work_dir)
 
 
 def _expand(entry: str) -> list[Path]:
@@ -415,7 +402,8 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
         pending = _pending(selected, manifest, budget)
         # every shard with too_slow samples is rescanned under this larger budget (none left out by --limit)
         retried = budget > _budget_of(manifest.get_meta(_BUDGET_KEY)) and len(selected) == len(tasks)
-        if not pending and manifest.get_meta("fingerprint") and (jsonl.exists() or not _wants_jsonl(config)):
+        report_done = jsonl.exists() or not config.data.writes_manifest_jsonl
+        if not pending and manifest.get_meta("fingerprint") and report_done:
             return _skipped(config, manifest, len(tasks), counting, empty_sources)
         remove_parts(config.work_dir, only_unfinished=True)  # the temporary files of tasks killed while writing
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
@@ -435,7 +423,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
                     samples=scanned, samples_per_s=f"{scanned / max(bar.format_dict['elapsed'], 1e-9):.0f}"
                 )
         _record_budget(manifest, config.process.max_seconds_per_sample, retried)
-        if _wants_jsonl(config):
+        if config.data.writes_manifest_jsonl:
             _write_jsonl(manifest, jsonl)
         else:  # asked not to: an older one would no longer match the rows
             jsonl.unlink(missing_ok=True)
@@ -451,7 +439,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
             "samples_scanned": scanned,
             "shards_left": left,
         }
-        lines, counts = _summary(manifest, base, seconds, _report(config))
+        lines, counts = _summary(manifest, base, seconds, manifest_report(config))
     return _checked(config, StageResult(stage="scan", summary=[*counting, *lines, *empty_sources], counts=counts,
                                         seconds=seconds))
 
@@ -462,7 +450,8 @@ _COUNTING_KEY = "counting"  # manifest meta: {"model_type", "lines"}: the counti
 def _skipped(config: Config, manifest: Manifest, shards: int, counting: list[str], empty: list[str]) -> StageResult:
     """The result of a rerun that finds every shard in and the manifest finished: nothing to do."""
     lines, counts = _summary(
-        manifest, {"shards": shards, "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0}, 0, _report(config)
+        manifest, {"shards": shards, "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0}, 0,
+        manifest_report(config),
     )
     return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty], counts=counts))
 
@@ -479,7 +468,7 @@ def _up_to_date(
     folder is not up to date. ``packing.group_by`` is no scan setting, so it is checked here too. ``listing``:
     ``discover_sources(config)``, made once for this run and the full path after it."""
     path = manifest_path(config.work_dir)
-    if not path.is_file() or (_wants_jsonl(config) and not manifest_jsonl_path(config).exists()):
+    if not path.is_file() or (config.data.writes_manifest_jsonl and not manifest_jsonl_path(config).exists()):
         return None
     tasks, empty_sources = listing()
     selected = tasks[:limit_shards] if limit_shards else tasks
@@ -512,4 +501,4 @@ def _checked(config: Config, result: StageResult) -> StageResult:
     counts = result.counts
     losses = Losses(total=counts.get("samples", 0),
                     by_reason={k.removeprefix("dropped_"): n for k, n in counts.items() if k.startswith("dropped_")})
-    return gated(result, losses, config.scan.max_drop_ratio, [_report(config)])
+    return gated(result, losses, config.scan.max_drop_ratio, [manifest_report(config)])
