@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -167,6 +168,18 @@ def test_a_rerun_is_a_no_op_that_leaves_every_part_as_it_was(runs):
     assert result.skipped
     assert _files(root / "parts" / "manifest.parts") == before
     assert {p: p.stat().st_mtime_ns for p in times} == times
+
+
+def test_a_part_deleted_by_hand_is_scanned_again(runs, tmp_path):
+    root = runs["root"]
+    shutil.copytree(root / "parts", tmp_path / "copy")
+    raw = _raw(root, "copy", "parts")
+    raw["data"]["work_dir"] = str(tmp_path / "copy")
+    (part,) = (tmp_path / "copy" / "manifest.parts" / "beta" / "sub").glob("*.sqlite")
+    part.unlink()
+    result = scan.run(config_from_dict(raw, source="test"))
+    assert result.counts["shards_scanned"] == 1
+    assert _files(tmp_path / "copy" / "manifest.parts") == _files(root / "parts" / "manifest.parts")
 
 
 def test_manifest_jsonl_is_written_when_asked_and_only_then(runs, tmp_path):

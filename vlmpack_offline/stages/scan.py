@@ -37,7 +37,7 @@ from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..families.media_mix import check_group_by
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
-from ..manifest_parts import remove_parts
+from ..manifest_parts import part_path, remove_parts
 from ..output.layout import check_folder_layout
 from ..provenance import changes, stale_message
 from ..reasons import Reason
@@ -168,16 +168,19 @@ def discover_sources(config: Config) -> tuple[list[ShardTask], list[str]]:
 
 
 def _pending(tasks: list[ShardTask], manifest: Manifest, retry_below: float | None = None) -> list[ShardTask]:
-    """Shards not in the manifest or changed since; with ``retry_below`` (this run's budget, inf for none), also
+    """Shards not in the manifest, changed since, or (parts layout) whose part is gone; with ``retry_below`` (this run's budget, inf for none), also
     those holding too_slow samples when it is larger than the budget they were dropped under (``_BUDGET_KEY``)."""
     done = {s.shard: s for s in manifest.shards()}
     retry: set[str] = set()
     if retry_below is not None and retry_below > _budget_of(manifest.get_meta(_BUDGET_KEY)):
         retry = {shard for shard, n in manifest.sums(by=("shard",), status=str(Reason.TOO_SLOW)) if n}
+    parted = manifest.parted
     pending = []
     for task in tasks:
         record = done.get(task.shard)
         if record is None or (record.size, record.mtime_ns) != task.stat() or task.shard in retry:
+            pending.append(task)
+        elif parted and not part_path(manifest.path.parent, task.shard).is_file():
             pending.append(task)
     return pending
 
