@@ -3,6 +3,8 @@
 ::
 
     meta    (key, value)                      schema_version, fingerprint, processor, ...
+    shard_sums (shard, status, n, sums...)    parts layout only: per shard and status, n samples and
+                                              the sums of manifest_parts.SUM_COLUMNS
     shards  (shard, path, size, mtime_ns,     one row per finished shard; written in the
              n_samples, status, error,        same transaction as its samples; status "ok"
              n_unread, source)                or a shard-level reason (reasons.SHARD_REASONS),
@@ -35,15 +37,18 @@ at the first shard without a ``shards`` row.
 shard, ``work_dir/manifest.parts/<shard>.sqlite``, written by the scan task itself; ``manifest.sqlite`` holds
 meta, ``shards`` and ``shard_sums`` (per shard and status: the sample count and the column sums the stages
 total). Meta ``manifest_layout`` says which layout a manifest has; every reader below serves both the same
-rows in the same order, so no stage outside this module and the scan knows which it reads. Readers order by ``(shard, seq)``:
-that order does not depend on how many workers ran or in which order they finished.
+rows in the same order, so no stage outside this module and the scan knows which it reads.
+
+Readers order by ``(shard, seq)``: that order does not depend on how many workers ran or in which order
+they finished.
 
 Reproducibility: the *content* is deterministic, the sqlite *file* is not. Shards
 commit in the order workers finish them and a resumed scan appends, so row ids and
 page layout (hence the file's bytes) differ between runs that hold the same rows.
-``manifest.jsonl``, written from the ordered rows at the end of every scan, is the
+``manifest.jsonl``, written from the ordered rows at the end of a scan (``data.manifest_jsonl``), is the
 byte-reproducible artifact (tests compare it across worker counts, ``kill -9``
-resumes and machine faults); every later stage reads rows in ``(shard, seq)`` order.
+resumes and machine faults); so is each part of the parts layout (one fresh file per shard, its rows in
+``seq`` order); every later stage reads rows in ``(shard, seq)`` order.
 """
 
 from __future__ import annotations
