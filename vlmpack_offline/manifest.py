@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kill_points import kill_point
-from .manifest_parts import SUM_COLUMNS, StatusSums, part_path, read_parts, write_part
+from .manifest_parts import SUM_COLUMNS, StatusSums, part_path, read_parts, read_queries, write_part
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
@@ -304,16 +304,14 @@ class Manifest:
                 cuts = [i for i, ch in enumerate(sample_id) if ch == "/"]
                 for shard in {sample_id[:i] for i in cuts} & names:
                     by_shard.setdefault(shard, []).append(sample_id)
-            groups = [(part_path(self.path.parent, shard), chunk) for shard in sorted(by_shard)
-                      for chunk in _chunks(by_shard[shard])]
+            jobs = [(part_path(self.path.parent, shard), _by_ids(chunk), tuple(chunk)) for shard in sorted(by_shard)
+                    for chunk in _chunks(by_shard[shard])]
+            found: Iterable = (row for rows in read_queries(jobs) for row in rows)  # parts read a few at once
         else:
-            groups = [(None, chunk) for chunk in _chunks(ids)]
-        for path, chunk in groups:
-            query = f"SELECT {_SAMPLE_COLUMNS} FROM samples WHERE id IN ({','.join('?' * len(chunk))})"
-            rows = self.conn.execute(query, chunk) if path is None else next(read_parts([path], query, tuple(chunk)))
-            for row in rows:
-                sample = _sample_from_row(row)
-                out[sample.id] = sample
+            found = (row for chunk in _chunks(ids) for row in self.conn.execute(_by_ids(chunk), chunk))
+        for row in found:
+            sample = _sample_from_row(row)
+            out[sample.id] = sample
         return out
 
     def sums(self, columns: Iterable[str] = ("n",), *, status: str | None = None,
@@ -343,6 +341,10 @@ class Manifest:
         ):
             drops[reason] = drops.get(reason, 0) + unread
         return drops
+
+
+def _by_ids(chunk: list[str]) -> str:
+    return f"SELECT {_SAMPLE_COLUMNS} FROM samples WHERE id IN ({','.join('?' * len(chunk))})"
 
 
 def _chunks(ids: list[str], size: int = 900) -> Iterator[list[str]]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from .errors import StaleArtifactError
 
 __all__ = ["PARTS_DIR", "SUM_COLUMNS", "StatusSums", "parts_dir", "part_path", "sums_of", "write_part",
-           "read_parts", "remove_parts"]
+           "read_parts", "read_queries", "remove_parts"]
 
 PARTS_DIR = "manifest.parts"
 # the sample columns a stage totals; "n" (the sample count) comes first in every shard_sums row
@@ -121,20 +121,25 @@ def _read(path: Path, query: str, args: tuple) -> list[tuple]:
 
 
 def read_parts(paths: Sequence[Path], query: str, args: tuple = ()) -> Iterator[list[tuple]]:
-    """``query`` on each part, its rows as one list per part, in the order of ``paths``; a few parts read ahead
-    in threads (at most ``2 * _READ_THREADS`` parts' rows held at once)."""
-    if not paths:
+    """``query`` on each part, its rows as one list per part, in the order of ``paths``."""
+    return read_queries([(path, query, args) for path in paths])
+
+
+def read_queries(jobs: Sequence[tuple[Path, str, tuple]]) -> Iterator[list[tuple]]:
+    """Each ``(part, query, args)``'s rows as one list, in the order of ``jobs``; a few read ahead in threads
+    (at most ``2 * _READ_THREADS`` results held at once)."""
+    if not jobs:
         return
-    with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(paths))) as pool:
+    with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(jobs))) as pool:
         ahead: deque = deque()
-        upcoming = iter(paths)
-        for path in upcoming:
-            ahead.append(pool.submit(_read, path, query, args))
+        upcoming = iter(jobs)
+        for job in upcoming:
+            ahead.append(pool.submit(_read, *job))
             if len(ahead) >= 2 * _READ_THREADS:
                 break
         while ahead:
             rows = ahead.popleft().result()
             following = next(upcoming, None)
             if following is not None:
-                ahead.append(pool.submit(_read, following, query, args))
+                ahead.append(pool.submit(_read, *following))
             yield rows
