@@ -168,8 +168,9 @@ def discover_sources(config: Config) -> tuple[list[ShardTask], list[str]]:
 
 
 def _pending(tasks: list[ShardTask], manifest: Manifest, retry_below: float | None = None) -> list[ShardTask]:
-    """Shards not in the manifest, changed since, or (parts layout) whose part is gone; with ``retry_below`` (this run's budget, inf for none), also
-    those holding too_slow samples when it is larger than the budget they were dropped under (``_BUDGET_KEY``)."""
+    """Shards not in the manifest, changed since, or (parts layout) whose part is gone; with ``retry_below``
+    (this run's budget, inf for none), also those holding too_slow samples when it is larger than the budget
+    they were dropped under (``_BUDGET_KEY``)."""
     done = {s.shard: s for s in manifest.shards()}
     retry: set[str] = set()
     if retry_below is not None and retry_below > _budget_of(manifest.get_meta(_BUDGET_KEY)):
