@@ -96,6 +96,18 @@ class DataConfig:
     mix_by: Literal["samples", "tokens"] = "samples"  # what weights, counts and shares measure
     # a source whose every sample was dropped: an error naming it, or (true) a warning and the rest packed
     allow_empty_sources: bool = False
+    # where the scan's rows go (docs/layout.md): single, one manifest.sqlite the driver writes (one machine); parts,
+    # each scan task writes its shard's rows to work_dir/manifest.parts/<shard>.sqlite and the driver commits only
+    # the shard's record and sums (a cluster: no row passes through the driver). Changing it needs a rescan
+    manifest_layout: Literal["single", "parts"] = "single"
+    # manifest.jsonl, one line per sample (a report; no stage reads it): true writes it after every scan, false
+    # never; unset writes it in the single layout only (at a billion rows it is hundreds of GB)
+    manifest_jsonl: bool | None = None
+
+    @property
+    def writes_manifest_jsonl(self) -> bool:
+        """``manifest_jsonl``, or unset: written in the single layout only."""
+        return self.manifest_layout == "single" if self.manifest_jsonl is None else self.manifest_jsonl
 
     @property
     def source_list(self) -> tuple[SourceConfig, ...]:

@@ -3,7 +3,8 @@
 ``VLMPACK_TEST_KILL_AT=<point>[:<n>]`` SIGKILLs at the n-th time (default 1) this process
 passes ``<point>``. Points: ``writing:<file name>`` (an artifact's ``.tmp`` is complete, not yet
 renamed), ``wrote:<file name>`` (renamed into place), ``scan:shard`` (a shard's rows
-committed), ``write:shard`` (an output tar renamed into place), ``write:scratch`` (a
+committed), ``scan:part`` (a scan task's part renamed into place, not yet committed by the
+driver: ``data.manifest_layout: parts``), ``write:shard`` (an output tar renamed into place), ``write:scratch`` (a
 described chunk saved), ``write:upload`` (a shard uploaded to an object-store ``packed_wds_dir``). A process started as its own session (``start_new_session``, as
 the tests do) kills its whole group, worker processes included, like ``kill -9`` of a
 job; otherwise only itself. Unset (always, outside tests) it costs one dict lookup.

@@ -3,6 +3,8 @@
 ::
 
     meta    (key, value)                      schema_version, fingerprint, processor, ...
+    shard_sums (shard, status, n, sums...)    parts layout only: per shard and status, n samples and
+                                              the sums of manifest_parts.SUM_COLUMNS
     shards  (shard, path, size, mtime_ns,     one row per finished shard; written in the
              n_samples, status, error,        same transaction as its samples; status "ok"
              n_unread, source)                or a shard-level reason (reasons.SHARD_REASONS),
@@ -29,15 +31,24 @@
                                               attention windows (the cost model's audio terms)
 
 A shard's rows and its ``shards`` row commit together, so a killed scan resumes
-at the first shard without a ``shards`` row. Readers order by ``(shard, seq)``:
-that order does not depend on how many workers ran or in which order they finished.
+at the first shard without a ``shards`` row.
+
+``data.manifest_layout: parts`` (``manifest_parts.py``): the ``samples`` rows live in one sqlite file per
+shard, ``work_dir/manifest.parts/<shard>.sqlite``, written by the scan task itself; ``manifest.sqlite`` holds
+meta, ``shards`` and ``shard_sums`` (per shard and status: the sample count and the column sums the stages
+total). Meta ``manifest_layout`` says which layout a manifest has; every reader below serves both the same
+rows in the same order, so no stage outside this module and the scan knows which it reads.
+
+Readers order by ``(shard, seq)``: that order does not depend on how many workers ran or in which order
+they finished.
 
 Reproducibility: the *content* is deterministic, the sqlite *file* is not. Shards
 commit in the order workers finish them and a resumed scan appends, so row ids and
 page layout (hence the file's bytes) differ between runs that hold the same rows.
-``manifest.jsonl``, written from the ordered rows at the end of every scan, is the
+``manifest.jsonl``, written from the ordered rows at the end of a scan (``data.manifest_jsonl``), is the
 byte-reproducible artifact (tests compare it across worker counts, ``kill -9``
-resumes and machine faults); every later stage reads rows in ``(shard, seq)`` order.
+resumes and machine faults); so is each part of the parts layout (one fresh file per shard, its rows in
+``seq`` order); every later stage reads rows in ``(shard, seq)`` order.
 """
 
 from __future__ import annotations
@@ -49,30 +60,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kill_points import kill_point
+from .manifest_parts import SUM_COLUMNS, StatusSums, part_path, read_parts, read_queries, write_part
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
     "ShardRecord",
     "SampleRecord",
     "Manifest",
+    "StatusSums",
     "manifest_path",
+    "write_shard_part",
 ]
 
 MANIFEST_SCHEMA_VERSION = 6  # 6: n_audios
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS shards (
-    shard TEXT PRIMARY KEY,
-    path TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    n_samples INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    error TEXT NOT NULL DEFAULT '',
-    n_unread INTEGER NOT NULL DEFAULT 0,
-    source TEXT NOT NULL DEFAULT 'default'
-);
+_SAMPLES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     id TEXT PRIMARY KEY,
     shard TEXT NOT NULL,
@@ -96,6 +98,27 @@ CREATE TABLE IF NOT EXISTS samples (
     audio_attention INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS samples_by_shard ON samples (shard, seq);
+"""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shards (
+    shard TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    n_samples INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
+    n_unread INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT 'default'
+);""" + _SAMPLES_SCHEMA + """
+CREATE TABLE IF NOT EXISTS shard_sums (
+    shard TEXT NOT NULL,
+    status TEXT NOT NULL,
+    n INTEGER NOT NULL,
+""" + "".join(f"    {column} INTEGER NOT NULL,\n" for column in SUM_COLUMNS) + """    PRIMARY KEY (shard, status)
+);
 """
 
 
@@ -154,8 +177,29 @@ _SAMPLE_COLUMNS = (
 )
 
 
+_INSERT = f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 20)})"
+LAYOUTS = ("single", "parts")  # data.manifest_layout; meta "manifest_layout" (absent: single)
+
+
+def _row_of(s: SampleRecord) -> tuple:
+    return (
+        s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
+        s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
+        s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit, s.n_audios,
+        s.audio_frames, s.audio_attention,
+    )
+
+
+def write_shard_part(work_dir: str | Path, shard: str, samples: Iterable[SampleRecord]) -> None:
+    """The parts layout's task side: the shard's rows into ``work_dir/manifest.parts/<shard>.sqlite``, in
+    ``seq`` order, renamed into place when complete (``manifest_parts.write_part``)."""
+    write_part(part_path(work_dir, shard), _SAMPLES_SCHEMA, _INSERT, [_row_of(s) for s in samples])
+    kill_point("scan:part")
+
+
 class Manifest:
-    """Thin access layer over the sqlite file; one connection per process."""
+    """Thin access layer over the sqlite file (and, in the parts layout, the shard parts); one connection per
+    process."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -183,27 +227,38 @@ class Manifest:
         with self.conn:
             self.conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
 
+    @property
+    def parted(self) -> bool:
+        """True in the parts layout: the rows are in ``manifest.parts/``, not in this file."""
+        return self.get_meta("manifest_layout") == "parts"
+
     # -- writing ------------------------------------------------------------
     def write_shard(self, shard: ShardRecord, samples: Iterable[SampleRecord]) -> None:
-        """Store one finished shard and all its samples in one transaction."""
-        rows = [
-            (
-                s.id, s.shard, s.seq, s.key, s.media_type, s.token_len, s.media_tokens,
-                s.n_images, s.n_videos, json.dumps([list(m) for m in s.members]), s.status, s.error,
-                s.unused_media, s.sha256, s.encoder_patches, s.encoder_attention, s.layout_unfit, s.n_audios,
-                s.audio_frames, s.audio_attention,
-            )
-            for s in samples
-        ]
+        """Store one finished shard and all its samples in one transaction (the single layout)."""
+        rows = [_row_of(s) for s in samples]
         with self.conn:
             self.conn.execute("DELETE FROM samples WHERE shard = ?", (shard.shard,))
-            self.conn.executemany(f"INSERT INTO samples ({_SAMPLE_COLUMNS}) VALUES ({','.join('?' * 20)})", rows)
-            self.conn.execute(
-                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
-                 shard.n_unread, shard.source),
-            )
+            self.conn.executemany(_INSERT, rows)
+            self._insert_shard(shard)
         kill_point("scan:shard")
+
+    def commit_part(self, shard: ShardRecord, sums: Iterable[StatusSums]) -> None:
+        """The parts layout: the shard's row and sums, in one transaction, once its task has renamed its part into
+        place (``write_shard_part``). The commit is what makes the part count: resume redoes a shard without it."""
+        width = 3 + len(SUM_COLUMNS)
+        rows = [(s.shard, s.status, s.n, *s.sums) for s in sums]
+        with self.conn:
+            self.conn.execute("DELETE FROM shard_sums WHERE shard = ?", (shard.shard,))
+            self.conn.executemany(f"INSERT INTO shard_sums VALUES ({','.join('?' * width)})", rows)
+            self._insert_shard(shard)
+        kill_point("scan:shard")
+
+    def _insert_shard(self, shard: ShardRecord) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (shard.shard, shard.path, shard.size, shard.mtime_ns, shard.n_samples, shard.status, shard.error,
+             shard.n_unread, shard.source),
+        )
 
     # -- reading ------------------------------------------------------------
     def done_shards(self) -> set[str]:
@@ -217,38 +272,85 @@ class Manifest:
             for r in rows
         ]
 
+    def select_samples(self, query: str, args: Iterable = ()) -> Iterator[tuple]:
+        """The rows of ``query`` (SQL over the ``samples`` table), run on this file or on each part in shard
+        order. A query that orders by ``shard, seq`` gets the same rows in the same order in both layouts."""
+        for _, rows in self.select_by_shard(query, args):
+            yield from rows
+
+    def select_by_shard(self, query: str, args: Iterable = ()) -> Iterator[tuple[str | None, list[tuple]]]:
+        """``(shard, rows)`` per part in shard order; the single layout: one ``(None, all rows)``."""
+        args = tuple(args)
+        if not self.parted:
+            yield None, self.conn.execute(query, args)
+            return
+        shards = [row[0] for row in self.conn.execute("SELECT shard FROM shards ORDER BY shard")]
+        yield from zip(shards, read_parts([part_path(self.path.parent, s) for s in shards], query, args),
+                       strict=True)
+
     def iter_samples(self, status: str | None = None) -> Iterator[SampleRecord]:
         """All samples (or those with ``status``), ordered by (shard, seq)."""
         where, args = ("WHERE status = ?", (status,)) if status else ("", ())
-        cursor = self.conn.execute(f"SELECT {_SAMPLE_COLUMNS} FROM samples {where} ORDER BY shard, seq", args)
-        for row in cursor:
+        for row in self.select_samples(f"SELECT {_SAMPLE_COLUMNS} FROM samples {where} ORDER BY shard, seq", args):
             yield _sample_from_row(row)
 
     def get_samples(self, ids: Iterable[str]) -> dict[str, SampleRecord]:
         ids = list(ids)
         out: dict[str, SampleRecord] = {}
-        for start in range(0, len(ids), 900):
-            chunk = ids[start : start + 900]
-            marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(f"SELECT {_SAMPLE_COLUMNS} FROM samples WHERE id IN ({marks})", chunk):
-                sample = _sample_from_row(row)
-                out[sample.id] = sample
+        if self.parted:  # each id is "<shard>/<key>": asked of its shard's part (of each, if a key holds "/")
+            names = self.done_shards()
+            by_shard: dict[str, list[str]] = {}
+            for sample_id in ids:
+                cuts = [i for i, ch in enumerate(sample_id) if ch == "/"]
+                for shard in {sample_id[:i] for i in cuts} & names:
+                    by_shard.setdefault(shard, []).append(sample_id)
+            jobs = [(part_path(self.path.parent, shard), _by_ids(chunk), tuple(chunk)) for shard in sorted(by_shard)
+                    for chunk in _chunks(by_shard[shard])]
+            found: Iterable = (row for rows in read_queries(jobs) for row in rows)  # parts read a few at once
+        else:
+            found = (row for chunk in _chunks(ids) for row in self.conn.execute(_by_ids(chunk), chunk))
+        for row in found:
+            sample = _sample_from_row(row)
+            out[sample.id] = sample
         return out
 
+    def sums(self, columns: Iterable[str] = ("n",), *, status: str | None = None,
+             by: tuple[str, ...] = ()) -> list[tuple]:
+        """``SUM`` of each column over the samples (those with ``status``), grouped by ``by`` (``shard``,
+        ``status``) and ordered by it, each row the ``by`` values then the sums; ``n`` is the sample count.
+        Single layout: over the rows; parts: over ``shard_sums``, no part opened."""
+        columns = tuple(columns)
+        if set(columns) - {"n", *SUM_COLUMNS} or set(by) - {"shard", "status"}:
+            raise ValueError(f"Manifest.sums totals n and {SUM_COLUMNS} by shard / status, not {columns} by {by}")
+        table, count = ("shard_sums", "SUM(n)") if self.parted else ("samples", "COUNT(*)")
+        picked = ", ".join(f"COALESCE({count if c == 'n' else f'SUM({c})'}, 0)" for c in columns)
+        where, args = ("WHERE status = ?", (status,)) if status else ("", ())
+        group = f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+        keys = "".join(f"{key}, " for key in by)
+        return self.conn.execute(f"SELECT {keys}{picked} FROM {table} {where} {group}", args).fetchall()
+
     def status_counts(self) -> dict[str, int]:
-        return dict(self.conn.execute("SELECT status, COUNT(*) FROM samples GROUP BY status ORDER BY status"))
+        return dict(self.sums(by=("status",)))
 
     def drop_counts(self) -> dict[str, int]:
         """Dropped samples by reason: rows with a drop status, plus the samples of shards that could not be read
         (``n_unread``, counted under the shard's reason since they have no row)."""
-        drops = dict(self.conn.execute(
-            "SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status ORDER BY status"
-        ).fetchall())
+        drops = {status: n for status, n in self.sums(by=("status",)) if status != "ok"}
         for reason, unread in self.conn.execute(
             "SELECT status, SUM(n_unread) FROM shards WHERE n_unread > 0 GROUP BY status ORDER BY status"
         ):
             drops[reason] = drops.get(reason, 0) + unread
         return drops
+
+
+def _by_ids(chunk: list[str]) -> str:
+    return f"SELECT {_SAMPLE_COLUMNS} FROM samples WHERE id IN ({','.join('?' * len(chunk))})"
+
+
+def _chunks(ids: list[str], size: int = 900) -> Iterator[list[str]]:
+    """At most ``size`` ids per query (sqlite's bound-parameter limit)."""
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
 
 
 def _sample_from_row(row: tuple) -> SampleRecord:

@@ -17,11 +17,22 @@ from .config import Config, section_fingerprint_payload
 from .disk_cache import file_sha256
 from .errors import StaleArtifactError
 from .manifest import Manifest, manifest_path
+from .manifest_parts import parts_dir
 from .provenance import changes, flat_settings, stale_message
 
-__all__ = ["scan_settings", "scan_inputs_fingerprint", "check_manifest_current", "RESCAN_HINT"]
+__all__ = ["scan_settings", "scan_inputs_fingerprint", "check_manifest_current", "manifest_report", "RESCAN_HINT"]
 
 RESCAN_HINT = "`vlmpack scan --rescan` counts every sample again with the new settings"
+
+
+def manifest_report(config: Config) -> Path:
+    """Where each scan drop's reason can be read (the drop gate's line names it): ``manifest.jsonl`` when the
+    scan writes it (``data.manifest_jsonl``), else the manifest itself (in the parts layout, its parts)."""
+    if config.data.writes_manifest_jsonl:
+        return config.work_dir / "manifest.jsonl"
+    if config.data.manifest_layout == "parts":
+        return parts_dir(config.work_dir)
+    return manifest_path(config.work_dir)
 
 
 def _processor_hashes(directory: str) -> dict[str, str]:
@@ -41,7 +52,8 @@ def scan_settings(config: Config) -> dict[str, Any]:
     payload = section_fingerprint_payload(config, "data", "model", "video", "loss")
     data = payload["data"]
     # where things go does not change the counts, nor does how much of each source a plan uses
-    for name in ("work_dir", "packed_wds_dir", "mix_by", "allow_empty_sources"):
+    # nor does where the rows are kept (the layout is checked on its own: scan._open_manifest)
+    for name in ("work_dir", "packed_wds_dir", "mix_by", "allow_empty_sources", "manifest_layout", "manifest_jsonl"):
         data.pop(name, None)
     data["sources"] = {source["name"]: {k: source[k] for k in _SCANNED} for source in data["sources"]}
     if not data["sources"]:

@@ -2,6 +2,7 @@
 
 One ordered query (plus one small scan for drop counts), ordered like
 ``Manifest.iter_samples`` (shard, seq), so index ``i``
+(in the parts layout the same query on each part, read a few at a time: ``Manifest.select_samples``)
 means the same sample in bucket, plan and stats. Ids are kept as one joined
 string per fetched chunk plus int64 offsets (about 45 bytes a sample, not a
 Python string per sample: 10M of those would cost ~1 GB).
@@ -10,6 +11,7 @@ Python string per sample: 10M of those would cost ~1 GB).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import itemgetter
 
 import numpy as np
@@ -98,14 +100,18 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
         packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
         # the cost model's columns only when some sample has media (a text-only manifest reads one int a row)
-        (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0 "
-                                  "OR audio_frames > 0)").fetchone()
+        if manifest.parted:  # the shards' sums say it without opening a part
+            encoded = any(p or f for p, f in manifest.sums(("encoder_patches", "audio_frames")))
+        else:
+            (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0 "
+                                      "OR audio_frames > 0)").fetchone()
         columns = packed + (", encoder_patches, encoder_attention, audio_frames, audio_attention" if encoded else "") \
             + (", id" if with_ids else "")
         id_col = 5 if encoded else 1
-        cursor = conn.execute(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", MEDIA_TYPES)
+        found_rows = manifest.select_samples(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq",
+                                             MEDIA_TYPES)
         with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
-            while rows := cursor.fetchmany(_CHUNK):
+            while rows := list(islice(found_rows, _CHUNK)):
                 packed_out.append(np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows)))
                 if encoded:
                     patches_out.append(np.fromiter(map(itemgetter(1), rows), dtype=np.int32, count=len(rows)))
@@ -125,8 +131,8 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         codes[codes == _OTHER] = -1
         names = MEDIA_TYPES
         if (codes < 0).any():  # a media type other than text/image/video/audio: name it in a second pass (rare)
-            names, codes = _name_other_media(conn, codes)
-        source_names, source_code = _sources(conn, len(token_len))
+            names, codes = _name_other_media(manifest, codes)
+        source_names, source_code = _sources(manifest, len(token_len))
     offsets = None
     if with_ids:
         offsets = np.zeros(len(token_len) + 1, dtype=np.int64)
@@ -159,26 +165,40 @@ def load_layout_unfit(work_dir, sample_type: str) -> UnfitRows:
     """The ok samples ``sample_type`` cannot hold. One ordered pass that keeps only those rows (usually few):
     a layout that holds every sample, vlmpack's own included, costs one scan of the column and no row."""
     with Manifest(manifest_path(work_dir)) as manifest:
-        rows = manifest.conn.execute(
-            "SELECT i, id, token_len, why FROM ("
-            "  SELECT ROW_NUMBER() OVER (ORDER BY shard, seq) - 1 AS i, id, token_len, layout_unfit,"
-            "         CASE layout_unfit WHEN '' THEN NULL ELSE json_extract(layout_unfit, ?) END AS why"
-            "  FROM samples WHERE status = 'ok') WHERE why IS NOT NULL ORDER BY i",
-            (f'$."{sample_type}"',),
-        ).fetchall()
+        # a part's positions count from the ok samples of the shards before it (none before the single file)
+        before = dict(_ok_before(manifest)) if manifest.parted else {}
+        rows = [
+            (i + before.get(shard, 0), *rest)
+            for shard, found in manifest.select_by_shard(
+                "SELECT i, id, token_len, why FROM ("
+                "  SELECT ROW_NUMBER() OVER (ORDER BY shard, seq) - 1 AS i, id, token_len, layout_unfit,"
+                "         CASE layout_unfit WHEN '' THEN NULL ELSE json_extract(layout_unfit, ?) END AS why"
+                "  FROM samples WHERE status = 'ok') WHERE why IS NOT NULL ORDER BY i",
+                (f'$."{sample_type}"',),
+            )
+            for i, *rest in found
+        ]
     return UnfitRows(index=np.array([r[0] for r in rows], np.int32), ids=tuple(r[1] for r in rows),
                      token_len=tuple(r[2] for r in rows), why=tuple(r[3] for r in rows))
 
 
-def _sources(conn, n: int) -> tuple[tuple[str, ...], np.ndarray]:
+def _ok_before(manifest: Manifest) -> list[tuple[str, int]]:
+    """(shard, ok samples of the shards before it) in shard order."""
+    out, total = [], 0
+    for shard, n in manifest.sums(by=("shard",), status="ok"):
+        out.append((shard, total))
+        total += n
+    return out
+
+
+def _sources(manifest: Manifest, n: int) -> tuple[tuple[str, ...], np.ndarray]:
     """The source of every ok sample (from its shard's row: one count per shard, no per-row Python object)."""
-    names = tuple(source for (source,) in conn.execute("SELECT DISTINCT source FROM shards ORDER BY source"))
+    source_of = {s.shard: s.source for s in manifest.shards()}
+    names = tuple(sorted(set(source_of.values())))
     if len(names) <= 1:  # one source: no second pass over the samples
         return names, np.zeros(n, np.int16)
-    rows = conn.execute(
-        "SELECT s.shard, sh.source, COUNT(*) FROM samples s JOIN shards sh ON sh.shard = s.shard "
-        "WHERE s.status = 'ok' GROUP BY s.shard ORDER BY s.shard"
-    ).fetchall()
+    rows = [(shard, source_of[shard], count) for shard, count in manifest.sums(by=("shard",), status="ok")
+            if shard in source_of]
     code_of = {name: i for i, name in enumerate(names)}
     codes = np.repeat(np.array([code_of[r[1]] for r in rows], np.int16), [r[2] for r in rows])
     if codes.size != n:
@@ -191,10 +211,13 @@ def source_counts(work_dir) -> dict[str, dict[str, int]]:
     """Per source: ``scanned`` samples (ok + dropped + unreadable) and each drop reason's count."""
     out: dict[str, dict[str, int]] = {}
     with Manifest(manifest_path(work_dir)) as manifest:
-        for source, status, n in manifest.conn.execute(
-            "SELECT sh.source, s.status, COUNT(*) FROM samples s JOIN shards sh ON sh.shard = s.shard "
-            "GROUP BY sh.source, s.status ORDER BY sh.source, s.status"
-        ):
+        source_of = {s.shard: s.source for s in manifest.shards()}
+        by_source: dict[tuple[str, str], int] = {}
+        for shard, status, n in manifest.sums(by=("shard", "status")):
+            if shard in source_of:  # (a row always has its shard's row: they commit together)
+                key = (source_of[shard], status)
+                by_source[key] = by_source.get(key, 0) + n
+        for (source, status), n in sorted(by_source.items()):
             row = out.setdefault(source, {"scanned": 0})
             row["scanned"] += n
             if status != "ok":
@@ -208,8 +231,8 @@ def source_counts(work_dir) -> dict[str, dict[str, int]]:
     return out
 
 
-def _name_other_media(conn, codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
-    rows = conn.execute("SELECT media_type FROM samples WHERE status = 'ok' ORDER BY shard, seq")
+def _name_other_media(manifest: Manifest, codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    rows = manifest.select_samples("SELECT media_type FROM samples WHERE status = 'ok' ORDER BY shard, seq")
     types = [t for (t,) in rows]
     names = MEDIA_TYPES + tuple(sorted(set(types) - set(MEDIA_TYPES)))
     code_of = {name: i for i, name in enumerate(names)}

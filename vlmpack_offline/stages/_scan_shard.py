@@ -43,7 +43,8 @@ from ..conversation import Conversation, media_kind_of_part, parse_conversation
 from ..deadline import TooSlow, handler, limit
 from ..families.media_mix import check_media_kinds
 from ..layouts import layouts_unfit
-from ..manifest import SampleRecord, ShardRecord
+from ..manifest import SampleRecord, ShardRecord, StatusSums, write_shard_part
+from ..manifest_parts import sums_of
 from ..media import check_container, check_image, check_packets, decode_frames, open_image
 from ..reasons import SHARD_REASONS, DropError, Reason
 from ..tario import (
@@ -77,8 +78,9 @@ def _too_slow(item: _Pending, budget: float | None, stage: str) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardOutcome:
     shard: ShardRecord  # the shard row
-    samples: list[SampleRecord]  # one per sample, in tar order
+    samples: list[SampleRecord]  # one per sample, in tar order (none in the parts layout: they are in its part)
     seconds: float  # wall time of this shard in the worker
+    sums: tuple[StatusSums, ...] | None = None  # parts layout: the part's per-status sums, for the driver to commit
 
 
 @dataclass(slots=True, kw_only=True)
@@ -109,6 +111,15 @@ class ShardScanner:
         self.counter = make_counter(config, snapshot=True)  # the tokenizer's snapshot: no torch at start
 
     def scan(self, task: ShardTask) -> ShardOutcome:
+        """The shard's outcome; in the parts layout its rows are written to its part here and only the shard row
+        and the part's sums go back to the driver (``manifest_parts.py``)."""
+        outcome = self._scan(task)
+        if self.config.data.manifest_layout != "parts":
+            return outcome
+        write_shard_part(self.config.work_dir, task.shard, outcome.samples)
+        return dataclasses.replace(outcome, samples=[], sums=sums_of(task.shard, outcome.samples))
+
+    def _scan(self, task: ShardTask) -> ShardOutcome:
         start = time.perf_counter()
         size, mtime_ns = task.stat()
         path = task.path if is_url(task.path) else str(Path(task.path).absolute())

@@ -60,7 +60,7 @@ from ..packing.copies import copies, separate_copies
 from ..packing.mixture import rules_of, source_slices, use_counts, uses_text
 from ..provenance import flat_settings
 from ..reasons import Reason
-from ..scan_inputs import check_manifest_current
+from ..scan_inputs import check_manifest_current, manifest_report
 from ..stage_result import StageResult
 from ._ok_samples import (
     OkSamples,
@@ -313,7 +313,7 @@ def mixture_uses(samples: OkSamples, config: Config, scanned: dict[str, dict[str
                                epochs=config.plan.epochs, seed=config.packing.seed)
     if targets.empty and config.data.sources and not config.data.allow_empty_sources:  # one source: _checked says it
         raise ConfigError(f"source {targets.empty[0]!r} has no sample left to pack (each was dropped: see "
-                          f"{config.work_dir / 'manifest.jsonl'}, bins/overlong.jsonl and bins/layout_unfit.jsonl), so its "
+                          f"{manifest_report(config)}, bins/overlong.jsonl and bins/layout_unfit.jsonl), so its "
                           "share cannot be met; "
                           "fix its data, or set data.allow_empty_sources: true to pack the other sources")
     record = {"by": config.data.mix_by, "epochs": config.plan.epochs, "empty": list(targets.empty), "sources": []}
@@ -481,7 +481,7 @@ def closed_gate(config: Config) -> str | None:
 
 def drop_reports(config: Config) -> list[Path]:
     """Where every drop up to bucket is listed, each with its reason (the drop gate's line names them)."""
-    return [config.work_dir / "manifest.jsonl", bins_dir(config) / "overlong.jsonl", bins_dir(config) / UNFIT_REPORT]
+    return [manifest_report(config), bins_dir(config) / "overlong.jsonl", bins_dir(config) / UNFIT_REPORT]
 
 
 def _packable(aligned: np.ndarray, capacity: int, unfit: np.ndarray | None) -> np.ndarray:
@@ -522,7 +522,7 @@ def _write_overlong_report(config: Config, overlong: np.ndarray, capacity: int, 
         if not overlong.size:
             return
         with Manifest(manifest_path(config.work_dir)) as manifest:
-            rows = manifest.conn.execute(
+            rows = manifest.select_samples(
                 "SELECT id, token_len FROM samples WHERE status = 'ok' AND ((token_len + ? - 1) / ?) * ? > ? "
                 "ORDER BY shard, seq",
                 (multiple, multiple, multiple, capacity),

@@ -7,6 +7,10 @@
                     ─► parent commits each finished shard (Manifest.write_shard)
                     ─► manifest.jsonl rewritten from sqlite, meta "fingerprint" set last
 
+``data.manifest_layout: parts``: each task writes its shard's rows to ``manifest.parts/<shard>.sqlite`` and
+returns the shard row and its sums, which the parent commits (``Manifest.commit_part``); ``manifest.jsonl``
+only with ``data.manifest_jsonl: true`` (``manifest_parts.py``).
+
 Resume: the manifest records the fingerprint of its inputs (config sections
 data/sample/model/video + hashes of the processor directory's files) as
 ``scan_inputs``. A rerun with the same inputs scans only the shards without a
@@ -33,10 +37,11 @@ from ..errors import ConfigError, ShardError, StaleArtifactError
 from ..executor import check_executor, stage_map
 from ..families.media_mix import check_group_by
 from ..manifest import MANIFEST_SCHEMA_VERSION, Manifest, manifest_path
+from ..manifest_parts import part_path, remove_parts
 from ..output.layout import check_folder_layout
 from ..provenance import changes, stale_message
 from ..reasons import Reason
-from ..scan_inputs import RESCAN_HINT, scan_inputs_fingerprint, scan_settings
+from ..scan_inputs import RESCAN_HINT, manifest_report, scan_inputs_fingerprint, scan_settings
 from ..stage_result import StageResult
 from ..tario import is_shard_name, is_url
 from ._shard_task import ShardTask
@@ -163,17 +168,20 @@ def discover_sources(config: Config) -> tuple[list[ShardTask], list[str]]:
 
 
 def _pending(tasks: list[ShardTask], manifest: Manifest, retry_below: float | None = None) -> list[ShardTask]:
-    """Shards not in the manifest or changed since; with ``retry_below`` (this run's budget, inf for none), also
-    those holding too_slow samples when it is larger than the budget they were dropped under (``_BUDGET_KEY``)."""
+    """Shards not in the manifest, changed since, or (parts layout) whose part is gone; with ``retry_below``
+    (this run's budget, inf for none), also those holding too_slow samples when it is larger than the budget
+    they were dropped under (``_BUDGET_KEY``)."""
     done = {s.shard: s for s in manifest.shards()}
     retry: set[str] = set()
     if retry_below is not None and retry_below > _budget_of(manifest.get_meta(_BUDGET_KEY)):
-        retry = {row[0] for row in manifest.conn.execute(
-            "SELECT DISTINCT shard FROM samples WHERE status = ?", (str(Reason.TOO_SLOW),))}  # fmt: skip
+        retry = {shard for shard, n in manifest.sums(by=("shard",), status=str(Reason.TOO_SLOW)) if n}
+    parted = manifest.parted
     pending = []
     for task in tasks:
         record = done.get(task.shard)
         if record is None or (record.size, record.mtime_ns) != task.stat() or task.shard in retry:
+            pending.append(task)
+        elif parted and not part_path(manifest.path.parent, task.shard).is_file():
             pending.append(task)
     return pending
 
@@ -219,6 +227,13 @@ def _open_manifest(config: Config, settings: dict, tasks: list[ShardTask]) -> Ma
             "or restore the old values to resume",
             unnamed="a manifest of an older vlmpack, which did not record its settings by name",
         ))
+    layout = manifest.get_meta("manifest_layout") or "single"
+    if manifest.done_shards() and layout != config.data.manifest_layout:
+        manifest.close()
+        raise StaleArtifactError(
+            f"{path} was scanned with data.manifest_layout: {layout}, the config says "
+            f"{config.data.manifest_layout}: {RESCAN_HINT} (it replaces the manifest), or set it back to {layout}"
+        )
     names = {t.shard for t in tasks}
     gone = sorted(s for s in manifest.done_shards() if s not in names)
     if gone:
@@ -236,6 +251,7 @@ def _open_manifest(config: Config, settings: dict, tasks: list[ShardTask]) -> Ma
                 "processor": config.model.processor_path,
             }
         )
+    manifest.set_meta({"manifest_layout": config.data.manifest_layout})
     return manifest
 
 
@@ -246,6 +262,7 @@ def _remove_manifest(config: Config) -> None:
     for name in (path.name, path.name + "-journal", path.name + "-wal", path.name + "-shm"):
         (path.parent / name).unlink(missing_ok=True)
     manifest_jsonl_path(config).unlink(missing_ok=True)
+    remove_parts(config.work_dir)
 
 
 def _outcomes(config: Config, tasks: list[ShardTask]):
@@ -296,18 +313,16 @@ def _write_jsonl(manifest: Manifest, path: Path) -> None:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tuple[list[str], dict[str, int]]:
+def _summary(manifest: Manifest, counts: dict[str, int], seconds: float,
+             report: Path) -> tuple[list[str], dict[str, int]]:
     ok = manifest.status_counts().get("ok", 0)
     status = manifest.drop_counts()  # unread samples of bad shards included, under the shard's reason
-    (tokens, media) = manifest.conn.execute(
-        "SELECT COALESCE(SUM(token_len), 0), COALESCE(SUM(media_tokens), 0) FROM samples WHERE status = 'ok'"
-    ).fetchone()
+    ((tokens, media, *items),) = manifest.sums(("token_len", "media_tokens", "n_images", "n_videos", "n_audios"),
+                                               status="ok")
     bad_shards = [s for s in manifest.shards() if s.status != "ok"]
     unread = sum(s.n_unread for s in bad_shards)
     dropped = sum(status.values())
-    (unused,) = manifest.conn.execute("SELECT COALESCE(SUM(unused_media), 0) FROM samples").fetchone()
-    items = manifest.conn.execute("SELECT COALESCE(SUM(n_images), 0), COALESCE(SUM(n_videos), 0), "
-                                  "COALESCE(SUM(n_audios), 0) FROM samples WHERE status = 'ok'").fetchone()
+    ((unused,),) = manifest.sums(("unused_media",))
     counts = {
         **counts,
         "ok": ok,
@@ -335,7 +350,7 @@ def _summary(manifest: Manifest, counts: dict[str, int], seconds: float) -> tupl
     if unused:
         lines.append(
             f"warning: {unused} media parts are in their sample but never referenced (packed without them; "
-            "per sample: unused_media in manifest.jsonl)"
+            f"per sample: unused_media in {report.name})"
         )
     if counts["shards_left"]:
         lines.append(
@@ -391,8 +406,10 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
         pending = _pending(selected, manifest, budget)
         # every shard with too_slow samples is rescanned under this larger budget (none left out by --limit)
         retried = budget > _budget_of(manifest.get_meta(_BUDGET_KEY)) and len(selected) == len(tasks)
-        if not pending and manifest.get_meta("fingerprint") and jsonl.exists():
+        report_done = jsonl.exists() or not config.data.writes_manifest_jsonl
+        if not pending and manifest.get_meta("fingerprint") and report_done:
             return _skipped(config, manifest, len(tasks), counting, empty_sources)
+        remove_parts(config.work_dir, only_unfinished=True)  # the temporary files of tasks killed while writing
         manifest.conn.execute("DELETE FROM meta WHERE key = 'fingerprint'")  # unfinished until the end
         manifest.conn.commit()
         scanned = 0
@@ -400,14 +417,20 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
 
         with tqdm(total=len(pending), desc="scan", unit="shard", disable=None, dynamic_ncols=True) as bar:
             for outcome in _outcomes(config, pending):
-                manifest.write_shard(outcome.shard, outcome.samples)
-                scanned += len(outcome.samples)
+                if outcome.sums is None:
+                    manifest.write_shard(outcome.shard, outcome.samples)
+                else:  # parts layout: the task wrote the rows
+                    manifest.commit_part(outcome.shard, outcome.sums)
+                scanned += outcome.shard.n_samples
                 bar.update(1)
                 bar.set_postfix(
                     samples=scanned, samples_per_s=f"{scanned / max(bar.format_dict['elapsed'], 1e-9):.0f}"
                 )
         _record_budget(manifest, config.process.max_seconds_per_sample, retried)
-        _write_jsonl(manifest, jsonl)
+        if config.data.writes_manifest_jsonl:
+            _write_jsonl(manifest, jsonl)
+        else:  # asked not to: an older one would no longer match the rows
+            jsonl.unlink(missing_ok=True)
         left = len(_pending(tasks, manifest))
         if not left:
             shard_rows = [(s.shard, s.size, s.mtime_ns, s.n_samples, s.status) for s in manifest.shards()]
@@ -420,7 +443,7 @@ def run(config: Config, *, limit_shards: int | None = None, rescan: bool = False
             "samples_scanned": scanned,
             "shards_left": left,
         }
-        lines, counts = _summary(manifest, base, seconds)
+        lines, counts = _summary(manifest, base, seconds, manifest_report(config))
     return _checked(config, StageResult(stage="scan", summary=[*counting, *lines, *empty_sources], counts=counts,
                                         seconds=seconds))
 
@@ -431,7 +454,8 @@ _COUNTING_KEY = "counting"  # manifest meta: {"model_type", "lines"}: the counti
 def _skipped(config: Config, manifest: Manifest, shards: int, counting: list[str], empty: list[str]) -> StageResult:
     """The result of a rerun that finds every shard in and the manifest finished: nothing to do."""
     lines, counts = _summary(
-        manifest, {"shards": shards, "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0}, 0
+        manifest, {"shards": shards, "shards_scanned": 0, "samples_scanned": 0, "shards_left": 0}, 0,
+        manifest_report(config),
     )
     return _checked(config, StageResult(stage="scan", skipped=True, summary=[*counting, *lines, *empty], counts=counts))
 
@@ -448,13 +472,16 @@ def _up_to_date(
     folder is not up to date. ``packing.group_by`` is no scan setting, so it is checked here too. ``listing``:
     ``discover_sources(config)``, made once for this run and the full path after it."""
     path = manifest_path(config.work_dir)
-    if not path.is_file() or not manifest_jsonl_path(config).exists():
+    if not path.is_file() or (config.data.writes_manifest_jsonl and not manifest_jsonl_path(config).exists()):
         return None
     tasks, empty_sources = listing()
     selected = tasks[:limit_shards] if limit_shards else tasks
     with Manifest(path) as manifest:
-        meta = {key: manifest.get_meta(key) for key in ("schema_version", "scan_inputs", "fingerprint", _COUNTING_KEY)}
+        keys = ("schema_version", "scan_inputs", "fingerprint", _COUNTING_KEY, "manifest_layout")
+        meta = {key: manifest.get_meta(key) for key in keys}
         if meta["schema_version"] != str(MANIFEST_SCHEMA_VERSION) or not meta["fingerprint"] or not meta[_COUNTING_KEY]:
+            return None
+        if (meta["manifest_layout"] or "single") != config.data.manifest_layout:  # refused on the full path
             return None
         if meta["scan_inputs"] != scan_inputs_fingerprint(config):
             return None
@@ -478,4 +505,4 @@ def _checked(config: Config, result: StageResult) -> StageResult:
     counts = result.counts
     losses = Losses(total=counts.get("samples", 0),
                     by_reason={k.removeprefix("dropped_"): n for k, n in counts.items() if k.startswith("dropped_")})
-    return gated(result, losses, config.scan.max_drop_ratio, [manifest_jsonl_path(config)])
+    return gated(result, losses, config.scan.max_drop_ratio, [manifest_report(config)])

@@ -123,7 +123,7 @@ def write_fingerprint(config: Config, plan_fingerprint: str, settings: dict | No
 
 def check_sources(manifest: Manifest) -> dict[str, str]:
     """Shard relpath -> path for every source shard with ok samples; refuse one that changed since the scan."""
-    used = {row[0] for row in manifest.conn.execute("SELECT DISTINCT shard FROM samples WHERE status = 'ok'")}
+    used = {shard for shard, n in manifest.sums(by=("shard",), status="ok") if n}
     paths: dict[str, str] = {}
     for shard in manifest.shards():
         if shard.shard not in used:
@@ -731,8 +731,7 @@ def run(config: Config) -> StageResult:
         shard_paths = check_sources(manifest)
         # media items of the samples the plan drew from (the packs hold at most these): a 0 tells the loader it
         # needs no video reader, a trainer that no rank waits on an audio tower (packed_settings.may_hold)
-        media = manifest.conn.execute("SELECT COALESCE(SUM(n_images), 0), COALESCE(SUM(n_videos), 0), "
-                                      "COALESCE(SUM(n_audios), 0) FROM samples WHERE status = 'ok'").fetchone()
+        (media,) = manifest.sums(("n_images", "n_videos", "n_audios"), status="ok")
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds

@@ -1,0 +1,89 @@
+"""The manifest's two layouts side by side: what the driver commits, and what reading the ok rows costs.
+
+    python benchmarks/bench_manifest_parts.py --samples 2000000 --shards 200
+
+Builds the same synthetic rows (``SampleRecord`` with a member list, 1 in 20 dropped) both ways through
+the real write paths: ``Manifest.write_shard`` (single: the driver inserts every row) and
+``write_shard_part`` + ``Manifest.commit_part`` (parts: the task writes its part, the driver commits
+the shard row and its sums). Reports the time each side spends, the size of ``manifest.sqlite``, and
+``load_ok_samples(with_ids=True)`` (what bucket and plan read) on each, checking that both read the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack_offline.manifest import Manifest, SampleRecord, ShardRecord, manifest_path, write_shard_part
+from vlmpack_offline.manifest_parts import sums_of
+from vlmpack_offline.stages._ok_samples import load_ok_samples
+
+
+def shard_rows(shard: str, n: int, rng: random.Random) -> list[SampleRecord]:
+    rows = []
+    for seq in range(n):
+        token_len = rng.randint(64, 4096)
+        dropped = rng.random() < 0.05
+        rows.append(SampleRecord(
+            id=f"{shard}/k{seq:07d}", shard=shard, seq=seq, key=f"k{seq:07d}", media_type="image",
+            token_len=0 if dropped else token_len, media_tokens=0 if dropped else token_len // 2, n_images=1,
+            n_videos=0, members=(("json", 512 * seq, 300), ("jpg", 512 * seq + 512, 40_000)),
+            status="corrupt_media" if dropped else "ok", error="cut JPEG" if dropped else "",
+            encoder_patches=token_len * 2, encoder_attention=(token_len * 2) ** 2,
+        ))
+    return rows
+
+
+def build(work: Path, layout: str, samples: int, shards: int) -> tuple[float, float]:
+    """(seconds the tasks spent writing rows, seconds the driver spent committing)."""
+    rng = random.Random(0)
+    task_s = driver_s = 0.0
+    per_shard = samples // shards
+    with Manifest(manifest_path(work)) as manifest:
+        manifest.set_meta({"manifest_layout": layout})
+        for i in range(shards):
+            shard = f"src/shard-{i:06d}.tar"
+            rows = shard_rows(shard, per_shard, rng)
+            record = ShardRecord(shard=shard, path=f"/data/{shard}", size=1, mtime_ns=1, n_samples=len(rows))
+            if layout == "single":
+                start = time.perf_counter()
+                manifest.write_shard(record, rows)
+                driver_s += time.perf_counter() - start
+            else:
+                start = time.perf_counter()
+                write_shard_part(work, shard, rows)
+                sums = sums_of(shard, rows)
+                task_s += time.perf_counter() - start
+                start = time.perf_counter()
+                manifest.commit_part(record, sums)
+                driver_s += time.perf_counter() - start
+    return task_s, driver_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=2_000_000)
+    parser.add_argument("--shards", type=int, default=200)
+    args = parser.parse_args()
+    loaded = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout in ("single", "parts"):
+            work = Path(tmp) / layout
+            task_s, driver_s = build(work, layout, args.samples, args.shards)
+            size = manifest_path(work).stat().st_size / 2**20
+            start = time.perf_counter()
+            loaded[layout] = load_ok_samples(work, with_ids=True)
+            read_s = time.perf_counter() - start
+            print(f"{layout:6s}: tasks write rows {task_s:6.2f} s, driver commits {driver_s:6.2f} s, "
+                  f"manifest.sqlite {size:8.1f} MiB, load_ok_samples {read_s:5.2f} s ({loaded[layout].n:,} ok rows)")
+    a, b = loaded["single"], loaded["parts"]
+    assert np.array_equal(a.token_len, b.token_len) and a.id_chunks == b.id_chunks, "the layouts read differently"
+
+
+if __name__ == "__main__":
+    main()
