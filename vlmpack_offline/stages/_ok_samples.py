@@ -6,27 +6,40 @@ One ordered query (plus one small scan for drop counts), ordered like
 means the same sample in bucket, plan and stats. Ids are kept as one joined
 string per fetched chunk plus int64 offsets (about 45 bytes a sample, not a
 Python string per sample: 10M of those would cost ~1 GB).
+
+Past ``in_memory_up_to`` ok samples (bucket passes ``packing.partition_samples``, issue 37) each column is
+written as it is read into a memory-mapped ``.npy`` in ``work_dir/bucket-scratch`` (pages released after each
+chunk, ``packing._chunked.release``) and the samples hold those files opened read-only: the load's memory is
+a chunk's, not 11-35 bytes a sample. The same values either way, so the same bins.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
+from pathlib import Path
 
 import numpy as np
+from numpy.lib.format import open_memmap
 from tqdm import tqdm
 
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
-from ..packing._chunked import rows
+from ..packing._chunked import release, rows
 
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
-           "MEDIA_TYPES"]
+           "MEDIA_TYPES", "SCRATCH_DIR", "remove_scratch"]
 
 MEDIA_TYPES = ("text", "image", "video", "audio")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
 _OTHER = 7  # media code of a type outside MEDIA_TYPES in the packed column (named in a second pass)
+SCRATCH_DIR = "bucket-scratch"  # under work_dir: the mapped columns of a load past ``in_memory_up_to``
+# file name -> dtype of each mapped column (OkSamples field order)
+_MAPPED = {"token_len": np.int32, "media_tokens": np.int32, "media_code": np.int8, "encoder_patches": np.int32,
+           "encoder_attention": np.int64, "audio_frames": np.int32, "audio_attention": np.int64,
+           "source_code": np.int16}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,62 +96,105 @@ def manifest_fingerprint(work_dir) -> str:
     return value
 
 
-def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
-    """Read the ok rows (plus the drop counts) with two scans and no per-row Python objects kept."""
-    packed_out: list[np.ndarray] = []
-    patches_out: list[np.ndarray] = []
-    blocks_out: list[np.ndarray] = []
-    frames_out: list[np.ndarray] = []
-    windows_out: list[np.ndarray] = []
-    id_chunks, id_lens = [], []
+def load_ok_samples(work_dir, *, with_ids: bool = False, in_memory_up_to: int | None = None) -> OkSamples:
+    """Read the ok rows (plus the drop counts) with two scans and no per-row Python objects kept.
+
+    ``in_memory_up_to``: with more ok samples than this (the manifest's count), the columns are memory-mapped
+    files in ``work_dir/bucket-scratch`` (written afresh; the caller removes them: ``remove_scratch``); ids, when
+    asked for, stay in memory either way. None: always in memory."""
     with Manifest(manifest_path(work_dir)) as manifest:
-        conn = manifest.conn
         drops = manifest.drop_counts()
-        (found,) = conn.execute("SELECT SUM(n_samples + n_unread) FROM shards").fetchone()
+        query, encoded = _ok_query(manifest, with_ids)
+        # the exact count (a scan of the status column in the single layout) only where it decides something
+        n_ok = None if in_memory_up_to is None else manifest.status_counts().get("ok", 0)
+        (found,) = manifest.conn.execute("SELECT SUM(n_samples + n_unread) FROM shards").fetchone()
         expected = found - sum(drops.values()) if found else None  # only for the progress bar
-        # one integer per row (token_len << 34 | media_tokens << 3 | media code): a third of the Python objects
-        case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
-        packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
-        # the cost model's columns only when some sample has media (a text-only manifest reads one int a row)
-        if manifest.parted:  # the shards' sums say it without opening a part
-            encoded = any(p or f for p, f in manifest.sums(("encoder_patches", "audio_frames")))
-        else:
-            (encoded,) = conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0 "
-                                      "OR audio_frames > 0)").fetchone()
-        columns = packed + (", encoder_patches, encoder_attention, audio_frames, audio_attention" if encoded else "") \
-            + (", id" if with_ids else "")
-        id_col = 5 if encoded else 1
-        found_rows = manifest.select_samples(f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq",
-                                             MEDIA_TYPES)
+        found_rows = manifest.select_samples(query, MEDIA_TYPES)
         with tqdm(total=expected, desc="load manifest", unit="sample", disable=(expected or 0) < _CHUNK) as bar:
-            while rows := list(islice(found_rows, _CHUNK)):
-                packed_out.append(np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows)))
-                if encoded:
-                    patches_out.append(np.fromiter(map(itemgetter(1), rows), dtype=np.int32, count=len(rows)))
-                    blocks_out.append(np.fromiter(map(itemgetter(2), rows), dtype=np.int64, count=len(rows)))
-                    frames_out.append(np.fromiter(map(itemgetter(3), rows), dtype=np.int32, count=len(rows)))
-                    windows_out.append(np.fromiter(map(itemgetter(4), rows), dtype=np.int64, count=len(rows)))
-                if with_ids:
-                    ids = list(map(itemgetter(id_col), rows))
-                    id_chunks.append("".join(ids))
-                    id_lens.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
-                bar.update(len(rows))
-        both = np.concatenate(packed_out) if packed_out else np.zeros(0, np.int64)
-        token_len = (both >> 34).astype(np.int32)
-        media_tokens = ((both >> 3) & (2**31 - 1)).astype(np.int32)
-        codes = (both & 7).astype(np.int8)
-        del both
-        codes[codes == _OTHER] = -1
-        names = MEDIA_TYPES
-        if (codes < 0).any():  # a media type other than text/image/video/audio: name it in a second pass (rare)
-            names, codes = _name_other_media(manifest, codes)
-        source_names, source_code = _sources(manifest, len(token_len))
-    offsets = None
-    if with_ids:
-        offsets = np.zeros(len(token_len) + 1, dtype=np.int64)
-        if id_lens:
-            np.cumsum(np.concatenate(id_lens), out=offsets[1:])
+            chunks = _chunks(found_rows, bar)
+            if n_ok is not None and n_ok > in_memory_up_to:
+                return _load_mapped(manifest, chunks, Path(work_dir) / SCRATCH_DIR, n_ok, encoded, with_ids, drops)
+            return _load_in_memory(manifest, chunks, encoded, with_ids, drops)
+
+
+def remove_scratch(work_dir) -> None:
+    """Delete a mapped load's files (``in_memory_up_to``): once bins/ holds the columns, or a killed run's."""
+    shutil.rmtree(Path(work_dir) / SCRATCH_DIR, ignore_errors=True)
+
+
+def _ok_query(manifest: Manifest, with_ids: bool) -> tuple[str, bool]:
+    """(the ordered select of the ok rows, whether it reads the cost model's columns).
+
+    One integer per row (token_len << 34 | media_tokens << 3 | media code): a third of the Python objects; the
+    cost model's columns only when some sample has media (a text-only manifest reads one int a row); the id
+    last."""
+    case = " ".join(f"WHEN ? THEN {code}" for code in range(len(MEDIA_TYPES)))
+    packed = f"(token_len << 34) | (media_tokens << 3) | (CASE media_type {case} ELSE {_OTHER} END)"
+    if manifest.parted:  # the shards' sums say it without opening a part
+        encoded = any(p or f for p, f in manifest.sums(("encoder_patches", "audio_frames")))
+    else:
+        (encoded,) = manifest.conn.execute("SELECT EXISTS(SELECT 1 FROM samples WHERE encoder_patches > 0 "
+                                           "OR audio_frames > 0)").fetchone()
+    columns = packed + (", encoder_patches, encoder_attention, audio_frames, audio_attention" if encoded else "") \
+        + (", id" if with_ids else "")
+    return f"SELECT {columns} FROM samples WHERE status = 'ok' ORDER BY shard, seq", bool(encoded)
+
+
+def _chunks(found_rows, bar):
+    """The selected rows ``_CHUNK`` at a time, each as a list of tuples."""
+    while found := list(islice(found_rows, _CHUNK)):
+        yield found
+        bar.update(len(found))
+
+
+def _unpack(both: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token_len int32, media_tokens int32, media code int8 with -1 for a type outside MEDIA_TYPES) of packed
+    rows."""
+    codes = (both & 7).astype(np.int8)
+    codes[codes == _OTHER] = -1
+    return (both >> 34).astype(np.int32), ((both >> 3) & (2**31 - 1)).astype(np.int32), codes
+
+
+def _column(rows_: list[tuple], at: int, dtype) -> np.ndarray:
+    return np.fromiter(map(itemgetter(at), rows_), dtype=dtype, count=len(rows_))
+
+
+def _id_chunk(rows_: list[tuple], at: int, id_chunks: list[str], id_lens: list[np.ndarray]) -> None:
+    ids = list(map(itemgetter(at), rows_))
+    id_chunks.append("".join(ids))
+    id_lens.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
+
+
+def _offsets(id_lens: list[np.ndarray], n: int) -> np.ndarray:
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if id_lens:
+        np.cumsum(np.concatenate(id_lens), out=offsets[1:])
+    return offsets
+
+
+def _load_in_memory(manifest: Manifest, chunks, encoded: bool, with_ids: bool, drops: dict) -> OkSamples:
+    """Every column read into memory: chunks kept, then joined."""
+    packed_out, patches_out, blocks_out, frames_out, windows_out = [], [], [], [], []
+    id_chunks, id_lens = [], []
+    id_col = 5 if encoded else 1
+    for found in chunks:
+        packed_out.append(_column(found, 0, np.int64))
+        if encoded:
+            patches_out.append(_column(found, 1, np.int32))
+            blocks_out.append(_column(found, 2, np.int64))
+            frames_out.append(_column(found, 3, np.int32))
+            windows_out.append(_column(found, 4, np.int64))
+        if with_ids:
+            _id_chunk(found, id_col, id_chunks, id_lens)
+    both = np.concatenate(packed_out) if packed_out else np.zeros(0, np.int64)
+    token_len, media_tokens, codes = _unpack(both)
+    del both
+    names = MEDIA_TYPES
+    if (codes < 0).any():  # a media type other than text/image/video/audio: name it in a second pass (rare)
+        names, codes = _name_other_media(manifest, codes)
     n = len(token_len)
+    source_names, source_code = _sources(manifest, n)
+    offsets = _offsets(id_lens, n) if with_ids else None
     patches = np.concatenate(patches_out) if patches_out else np.zeros(n, np.int32)
     blocks = np.concatenate(blocks_out) if blocks_out else np.zeros(n, np.int64)
     frames = np.concatenate(frames_out) if frames_out else np.zeros(n, np.int32)
@@ -148,6 +204,51 @@ def load_ok_samples(work_dir, *, with_ids: bool = False) -> OkSamples:
         encoder_patches=patches, encoder_attention=blocks, audio_frames=frames, audio_attention=windows,
         id_chunks=tuple(id_chunks), id_offsets=offsets, chunk_rows=_CHUNK, drops=drops,
         source_code=source_code, source_names=source_names,
+    )
+
+
+def _load_mapped(manifest: Manifest, chunks, scratch: Path, n: int, encoded: bool, with_ids: bool,
+                 drops: dict) -> OkSamples:
+    """Every column written a chunk at a time into its ``.npy`` in ``scratch`` (made afresh: a killed run's
+    files are rewritten from the start, so a rerun reads the same bytes), mapped pages released after each
+    chunk; returns them opened read-only. The columns without media (a text-only manifest) are left as the
+    zeros a new file holds. ``n``: the manifest's ok count, which the rows read must match."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    out = {name: open_memmap(scratch / f"{name}.npy", "w+", dtype, (n,)) for name, dtype in _MAPPED.items()}
+    id_chunks, id_lens = [], []
+    id_col = 5 if encoded else 1
+    at, other = 0, False
+    for found in chunks:
+        end = at + len(found)
+        if end > n:
+            break
+        token_len, media_tokens, codes = _unpack(_column(found, 0, np.int64))
+        out["token_len"][at:end], out["media_tokens"][at:end], out["media_code"][at:end] = token_len, media_tokens, codes
+        other = other or bool((codes < 0).any())
+        if encoded:
+            for col, name in enumerate(("encoder_patches", "encoder_attention", "audio_frames", "audio_attention"), 1):
+                out[name][at:end] = _column(found, col, _MAPPED[name])
+        if with_ids:
+            _id_chunk(found, id_col, id_chunks, id_lens)
+        release(*out.values())
+        at = end
+    if at != n:
+        raise StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
+                                 f"rerun `vlmpack scan`, then this stage")
+    names = MEDIA_TYPES
+    if other:  # a media type other than text/image/video/audio (rare): named in memory, as below the setting
+        names, codes = _name_other_media(manifest, np.asarray(out["media_code"]))
+        out["media_code"][:] = codes
+    source_names, _ = _sources(manifest, n, out=out["source_code"])
+    for column in out.values():
+        column.flush()
+        release(column)
+    del out
+    read = {name: np.load(scratch / f"{name}.npy", mmap_mode="r") for name in _MAPPED}
+    return OkSamples(
+        **read, media_names=names, id_chunks=tuple(id_chunks), id_offsets=_offsets(id_lens, n) if with_ids else None,
+        chunk_rows=_CHUNK, drops=drops, source_names=source_names,
     )
 
 
@@ -191,20 +292,30 @@ def _ok_before(manifest: Manifest) -> list[tuple[str, int]]:
     return out
 
 
-def _sources(manifest: Manifest, n: int) -> tuple[tuple[str, ...], np.ndarray]:
-    """The source of every ok sample (from its shard's row: one count per shard, no per-row Python object)."""
+def _sources(manifest: Manifest, n: int, out: np.ndarray | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+    """The source of every ok sample (from its shard's row: one count per shard, no per-row Python object).
+    ``out``: an int16 [n] array of zeros (a new mapped file) to fill a shard's run at a time, returned."""
     source_of = {s.shard: s.source for s in manifest.shards()}
     names = tuple(sorted(set(source_of.values())))
     if len(names) <= 1:  # one source: no second pass over the samples
-        return names, np.zeros(n, np.int16)
+        return names, np.zeros(n, np.int16) if out is None else out
     rows = [(shard, source_of[shard], count) for shard, count in manifest.sums(by=("shard",), status="ok")
             if shard in source_of]
     code_of = {name: i for i, name in enumerate(names)}
-    codes = np.repeat(np.array([code_of[r[1]] for r in rows], np.int16), [r[2] for r in rows])
-    if codes.size != n:
-        raise StaleArtifactError(f"the manifest's shards table misses the shards of {n - codes.size} ok samples: "
+    found = sum(r[2] for r in rows)
+    if found != n:
+        raise StaleArtifactError(f"the manifest's shards table misses the shards of {n - found} ok samples: "
                                  "rescan (`vlmpack scan`)")
-    return names, codes.astype(np.int16)
+    if out is None:
+        return names, np.repeat(np.array([code_of[r[1]] for r in rows], np.int16), [r[2] for r in rows])
+    at = 0
+    for _, source, count in rows:
+        out[at:at + count] = code_of[source]
+        at += count
+        if at % (1 << 24) < count:  # about every 16 Mi samples: drop the written pages from this process
+            release(out)
+    release(out)
+    return names, out
 
 
 def source_counts(work_dir) -> dict[str, dict[str, int]]:

@@ -68,6 +68,7 @@ from ._ok_samples import (
     load_layout_unfit,
     load_ok_samples,
     manifest_fingerprint,
+    remove_scratch,
     source_counts,
 )
 
@@ -352,6 +353,7 @@ def run(config: Config) -> StageResult:
     expected = bins_fingerprint(config, manifest_fp)
     meta = read_bins_meta(config)
     if meta is not None and meta.get("fingerprint") == expected:
+        remove_scratch(config.work_dir)  # a run killed after its meta, before its cleanup
         skipped = StageResult(stage="bucket", skipped=True, summary=[f"bins up to date ({bins_dir(config)})"])
         return _checked(config, skipped, meta)
 
@@ -359,7 +361,8 @@ def run(config: Config) -> StageResult:
     (out_dir / "meta.json").unlink(missing_ok=True)
     for stale in [*out_dir.glob("*.npy"), out_dir / "overlong.jsonl", out_dir / UNFIT_REPORT]:
         stale.unlink(missing_ok=True)
-    samples = load_ok_samples(config.work_dir)
+    # past packing.partition_samples the ok rows' columns are memory-mapped files in work_dir/bucket-scratch
+    samples = load_ok_samples(config.work_dir, in_memory_up_to=config.packing.partition_samples)
     capacity, alignment = config.sample.max_token_len, config.alignment
     aligned = alignment.aligned_int32(samples.token_len)
     unfit_rows, unfit = _layout_unfit(config, aligned, samples.n)
@@ -402,6 +405,7 @@ def run(config: Config) -> StageResult:
         "groups": group_meta, "manifest_drops": samples.drops, "mixture": mixture, "losses": losses.to_json(),
     }
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    remove_scratch(config.work_dir)  # bins/ holds the columns now (a killed run's: rewritten first, then removed)
     lb = sum(g["lower_bound"] for g in group_meta)
     summary = [f"{n_packed} samples -> {n_packs} packs ({config.packing.algorithm}, "
                f"group_by {config.packing.group_by}); lower bound {lb}"]
