@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TokenizerSnapshot", "load_counting_tokenizer", "prefetch_counting_tokenizer", "snapshot_key"]
 
-_FORMAT = 2  # bump when what is saved changes
+_FORMAT = 1  # bump when what is saved changes
 _PROBES = (
     "", " ", "  leading and trailing  ", "\n\n\t mixed\r\nwhitespace \u00a0\u3000", "Hello, world! 12345 3.14159",
     "ünïcödé naïve café 你好世界 こんにちは 안녕하세요 مرحبا שלום Привет 🙂👍🏽", "a" * 300, "<not_a_token> </s> [INST]",
@@ -154,23 +154,25 @@ def prefetch_counting_tokenizer(path: str, *, trust_remote_code: bool = False) -
         return
     directory = _cache_dir() / snapshot_key(path)
     if directory not in _READ_AHEAD and (directory / "facts.json").is_file():
-        _READ_AHEAD[directory] = _ReadAhead(directory)
+        _READ_AHEAD[directory] = _ReadAhead(directory / "backend.json")
 
 
 class _ReadAhead:
-    """``_backend_of(directory)`` in a daemon thread; ``result`` waits and returns or raises it."""
+    """``tokenizers.Tokenizer.from_file(path)`` in a daemon thread; ``result`` waits and returns or raises it."""
 
     __slots__ = ("_thread", "_backend", "_error")
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, path: Path) -> None:
         self._backend = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._read, args=(directory,), name="vlmpack-tokenizer-read", daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(path,), name="vlmpack-tokenizer-read", daemon=True)
         self._thread.start()
 
-    def _read(self, directory: Path) -> None:
+    def _read(self, path: Path) -> None:
         try:
-            self._backend = _backend_of(directory)
+            import tokenizers
+
+            self._backend = tokenizers.Tokenizer.from_file(str(path))
         except BaseException as exc:  # noqa: BLE001 - raised where the result is taken, as a read in place raises
             self._error = exc
 
@@ -324,7 +326,7 @@ def _write(directory: Path, snapshot: TokenizerSnapshot) -> None:
     temporary = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
     try:
         temporary.mkdir(parents=True, exist_ok=True)
-        _write_backend(temporary, snapshot.backend)
+        (temporary / "backend.json").write_text(snapshot.backend.to_str())
         facts = {
             "format": _FORMAT, "chat_template": snapshot.chat_template, "special_tokens_map": snapshot.special_tokens_map,
             "unk_token_id": snapshot.unk_token_id, "split_special_tokens": snapshot.split_special_tokens,
@@ -345,7 +347,12 @@ def _read(directory: Path) -> TokenizerSnapshot | None:
         facts = json.loads((directory / "facts.json").read_text())
         if facts.get("format") != _FORMAT:
             return None
-        backend = ahead.result() if ahead is not None else _backend_of(directory)
+        if ahead is not None:
+            backend = ahead.result()
+        else:
+            import tokenizers
+
+            backend = tokenizers.Tokenizer.from_file(str(directory / "backend.json"))
         added = [(int(i), _Added(content=c, special=s, normalized=n, lstrip=ls, rstrip=rs))
                  for i, c, s, n, ls, rs in facts["added"]]  # fmt: skip
         return _build(
@@ -357,60 +364,3 @@ def _read(directory: Path) -> TokenizerSnapshot | None:
         if (directory / "facts.json").exists():
             log.debug("tokenizer snapshot in %s not read: %s", directory, exc)
         return None
-
-
-# -- the backend's files ----------------------------------------------------------------------------------
-# A BPE tokenizer is saved as its model's vocab.json and merges.txt, the rest of its JSON (``frame.json``: model
-# emptied, no added tokens) and its added tokens (``added.json``), put together again by ``_assemble``: Qwen's 151k
-# vocabulary and merges load in 0.21 / 0.25 s (min / median of 9, CPU) so, 0.27 / 0.30 s from the whole JSON
-# (``Tokenizer.from_file`` reads the model through serde's untagged enum: the vocabulary is copied into generic
-# values and out again). Written only where the assembled tokenizer serialises to the very JSON it came from;
-# anything else (another model, a token with a space in a merge) is saved whole, as ``backend.json``.
-_BPE_OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", "byte_fallback",
-                "ignore_merges")  # fmt: skip
-
-
-def _write_backend(directory: Path, backend) -> None:
-    whole = backend.to_str()
-    state = json.loads(whole)
-    model = state.get("model") or {}
-    if model.get("type") == "BPE" and all(isinstance(m, list) and len(m) == 2 for m in model.get("merges", [None])):
-        (directory / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
-        (directory / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in model["merges"]),
-                                             encoding="utf-8")  # fmt: skip
-        (directory / "added.json").write_text(json.dumps(state["added_tokens"], ensure_ascii=False), encoding="utf-8")
-        frame = {**state, "added_tokens": [], "model": {**model, "vocab": {}, "merges": []}}
-        (directory / "frame.json").write_text(json.dumps(frame, ensure_ascii=False), encoding="utf-8")
-        try:
-            if _assemble(directory).to_str() == whole:
-                return
-        except Exception as exc:  # noqa: BLE001 - saved whole instead
-            log.debug("tokenizer backend not saved in parts (%s): saved whole", exc)
-        for name in ("vocab.json", "merges.txt", "added.json", "frame.json"):
-            (directory / name).unlink()
-    (directory / "backend.json").write_text(whole, encoding="utf-8")
-
-
-def _backend_of(directory: Path):
-    """The saved backend: put together from its parts (``_assemble``), or read whole where it was saved so."""
-    import tokenizers
-
-    whole = directory / "backend.json"
-    return tokenizers.Tokenizer.from_file(str(whole)) if whole.is_file() else _assemble(directory)
-
-
-def _assemble(directory: Path):
-    """``frame.json`` with the BPE model read from ``vocab.json`` and ``merges.txt`` (``BPE.from_file``) and the
-    added tokens added back in id order, each as ``added_tokens`` lists it (``AddedToken``'s five flags)."""
-    import tokenizers
-    from tokenizers.models import BPE
-
-    backend = tokenizers.Tokenizer.from_file(str(directory / "frame.json"))
-    model = json.loads((directory / "frame.json").read_text(encoding="utf-8"))["model"]
-    options = {name: model[name] for name in _BPE_OPTIONS if model.get(name) is not None}
-    backend.model = BPE.from_file(str(directory / "vocab.json"), str(directory / "merges.txt"), **options)
-    for token in sorted(json.loads((directory / "added.json").read_text(encoding="utf-8")), key=lambda t: t["id"]):
-        added = tokenizers.AddedToken(token["content"], single_word=token["single_word"], lstrip=token["lstrip"],
-                                      rstrip=token["rstrip"], normalized=token["normalized"], special=token["special"])
-        (backend.add_special_tokens if token["special"] else backend.add_tokens)([added])
-    return backend
