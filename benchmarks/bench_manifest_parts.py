@@ -7,12 +7,20 @@ the real write paths: ``Manifest.write_shard`` (single: the driver inserts every
 ``write_shard_part`` + ``Manifest.commit_part`` (parts: the task writes its part, the driver commits
 the shard row and its sums). Reports the time each side spends, the size of ``manifest.sqlite``, and
 ``load_ok_samples(with_ids=True)`` (what bucket and plan read) on each, checking that both read the same.
+
+    python benchmarks/bench_manifest_parts.py --samples 3000000 --shards 300 --layouts single --peak-rss
+
+``--peak-rss``: bucket's load (no ids) in a fresh process per way, its peak RSS (``VmHWM``) over the
+process's RSS before the load: in memory (``in_memory_up_to=None``) and memory-mapped into
+``bucket-scratch`` (``in_memory_up_to`` below the ok count, as past ``packing.partition_samples``).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -65,14 +73,37 @@ def build(work: Path, layout: str, samples: int, shards: int) -> tuple[float, fl
     return task_s, driver_s
 
 
+# VmHWM, not ru_maxrss: Linux carries the forking parent's high-water mark into ru_maxrss across exec
+_PEAK = """
+import sys, time
+from vlmpack_offline.stages._ok_samples import load_ok_samples
+def kib(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key))
+before, start = kib("VmRSS:"), time.perf_counter()
+samples = load_ok_samples(sys.argv[1], in_memory_up_to=None if sys.argv[2] == "none" else int(sys.argv[2]))
+seconds = time.perf_counter() - start
+print(samples.n, before, kib("VmHWM:"), seconds)
+"""
+
+
+def peak_rss(work: Path, in_memory_up_to: int | None) -> tuple[int, float, float]:
+    """(ok samples, MiB the load added to the process's peak RSS, seconds) in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(work), str(in_memory_up_to).lower()], check=True,
+                         capture_output=True, text=True).stdout.split()
+    n, before, peak, seconds = int(out[0]), int(out[1]), int(out[2]), float(out[3])
+    return n, (peak - before) / 1024, seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2_000_000)
     parser.add_argument("--shards", type=int, default=200)
+    parser.add_argument("--layouts", nargs="+", choices=("single", "parts"), default=["single", "parts"])
+    parser.add_argument("--peak-rss", action="store_true", help="bucket's load in memory and mapped: peak RSS")
     args = parser.parse_args()
     loaded = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for layout in ("single", "parts"):
+        for layout in args.layouts:
             work = Path(tmp) / layout
             task_s, driver_s = build(work, layout, args.samples, args.shards)
             size = manifest_path(work).stat().st_size / 2**20
@@ -81,6 +112,14 @@ def main() -> None:
             read_s = time.perf_counter() - start
             print(f"{layout:6s}: tasks write rows {task_s:6.2f} s, driver commits {driver_s:6.2f} s, "
                   f"manifest.sqlite {size:8.1f} MiB, load_ok_samples {read_s:5.2f} s ({loaded[layout].n:,} ok rows)")
+            if args.peak_rss:
+                del loaded[layout]
+                for way, up_to in (("in memory", None), ("mapped", 1000)):
+                    n, mib, seconds = peak_rss(work, up_to)
+                    print(f"{layout:6s}: bucket's load {way:9s}: +{mib:8.1f} MiB peak RSS ({mib * 2**20 / n:5.1f} "
+                          f"bytes/sample), {seconds:5.2f} s, {n:,} ok rows")
+    if len(loaded) < 2:
+        return
     a, b = loaded["single"], loaded["parts"]
     assert np.array_equal(a.token_len, b.token_len) and a.id_chunks == b.id_chunks, "the layouts read differently"
 
