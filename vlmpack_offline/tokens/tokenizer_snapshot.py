@@ -265,7 +265,7 @@ def _build(backend, *, added: list[tuple[int, _Added]], **facts) -> TokenizerSna
     backend.no_truncation()  # as TokenizersBackend.set_truncation_and_padding leaves it for a plain call
     backend.no_padding()
     backend.encode_special_tokens = facts["split_special_tokens"]
-    ascii_normalizer = backend.normalizer if _ascii_identity(backend.normalizer, [t for _, t in added]) else None
+    ascii_normalizer = backend.normalizer if _ascii_identity(backend) else None
     return TokenizerSnapshot(backend=backend, added_tokens_decoder=dict(added), ascii_normalizer=ascii_normalizer,
                              **facts)  # fmt: skip
 
@@ -273,15 +273,17 @@ def _build(backend, *, added: list[tuple[int, _Added]], **facts) -> TokenizerSna
 _UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})  # each maps every ASCII character to itself
 
 
-def _ascii_identity(normalizer, added: Sequence[_Added]) -> bool:
-    """Whether an ASCII text gets the same ids with ``normalizer`` off: it is Unicode normal forms only (``tokenizers``'
-    ``normalizers/unicode.rs``: ASCII is its own NFC, NFD, NFKC and NFKD), and every added token matched on
-    normalized text is ASCII itself (``added_vocabulary.rs`` matches those on their normalized content: a
-    U+212A KELVIN SIGN token is "K" under NFKC and would match an ASCII "K" only with the normalizer on)."""
-    if normalizer is None:
+def _ascii_identity(backend) -> bool:
+    """Whether an ASCII text gets the same ids from ``backend`` with its normalizer off: the normalizer is Unicode
+    normal forms only (``tokenizers``' ``normalizers/unicode.rs``: ASCII is its own NFC, NFD, NFKC and NFKD), and
+    every added token the backend matches on normalized text is ASCII itself (``added_vocabulary.rs`` matches those
+    on their normalized content: a U+212A KELVIN SIGN token is "K" under NFC and matches an ASCII "K" only with the
+    normalizer on)."""
+    if backend.normalizer is None:
         return False
     try:
-        state = json.loads(normalizer.__getstate__())
+        state = json.loads(backend.normalizer.__getstate__())
+        added = list(backend.get_added_tokens_decoder().values())
     except Exception:  # noqa: BLE001 - a normalizer without a JSON state: kept on for every text
         return False
     forms = state.get("normalizers", []) if state.get("type") == "Sequence" else [state]
