@@ -23,6 +23,8 @@ either way; ``export_jsonl`` writes the readable ``pack_plan.jsonl`` (one pack p
 the published tool's field names ``pack_id``, ``sample_ids``, ``sample_token_lens``,
 ``total_token_len``, plus ``split``, ``media_type``, ``media_tokens``) on request:
 ``python -m vlmpack_offline.plan_file WORK_DIR [OUT.jsonl]``. ``plan`` deletes an old export.
+Past ``packing.partition_samples`` write resolves the ids from the id store ``work_dir/ok-ids`` instead
+(``read_plan(..., ids_on_disk=True)``): memory-mapped, so no process holds every id (issue 37).
 """
 
 from __future__ import annotations
@@ -209,12 +211,16 @@ def read_plan_arrays(work_dir: str | Path) -> PlanArrays:
     return PlanArrays(group_names=tuple(meta.get("groups", ())), **arrays)
 
 
-def read_plan(work_dir: str | Path, plan: PlanArrays | None = None) -> Iterator[Pack]:
+def read_plan(work_dir: str | Path, plan: PlanArrays | None = None, *, ids_on_disk: bool = False) -> Iterator[Pack]:
     """The plan's packs in training order (ids from the file, or resolved from the manifest's ok rows),
-    built a block at a time; ``plan``: its arrays when the caller has them loaded already."""
+    built a block at a time; ``plan``: its arrays when the caller has them loaded already.
+
+    ``ids_on_disk`` (write, past ``packing.partition_samples``): the manifest's ids are read from the id store
+    ``work_dir/ok-ids`` (``_ok_samples.ok_id_store``, written first if missing or stale), not loaded into this
+    process. The same packs either way."""
     meta = read_plan_meta(work_dir) or {}
     plan = plan if plan is not None else read_plan_arrays(work_dir)
-    ids_of = _stored_ids(plan) if plan.id_bytes is not None else _manifest_ids(work_dir, meta, plan)
+    ids_of = _stored_ids(plan) if plan.id_bytes is not None else _manifest_ids(work_dir, meta, plan, ids_on_disk)
     offsets = plan.pack_offsets
     for first in range(0, plan.n_packs, _BLOCK):
         last = min(first + _BLOCK, plan.n_packs)
@@ -239,8 +245,8 @@ def _stored_ids(plan: PlanArrays):
     return ids_of
 
 
-def _manifest_ids(work_dir, meta: dict, plan: PlanArrays):
-    from .stages._ok_samples import load_ok_samples, manifest_fingerprint  # the plan reads the scan's rows
+def _manifest_ids(work_dir, meta: dict, plan: PlanArrays, on_disk: bool):
+    from .stages._ok_samples import load_ok_samples, manifest_fingerprint, ok_id_store  # the scan's rows
 
     recorded, now = meta.get("manifest_fingerprint"), manifest_fingerprint(work_dir)
     if recorded != now:
@@ -248,7 +254,7 @@ def _manifest_ids(work_dir, meta: dict, plan: PlanArrays):
             f"{plan_path(work_dir)} was planned from manifest {recorded}, the manifest is now {now}: "
             "rerun `vlmpack bucket` and `vlmpack plan`"
         )
-    samples = load_ok_samples(work_dir, with_ids=True)
+    samples = ok_id_store(work_dir) if on_disk else load_ok_samples(work_dir, with_ids=True)
     index = plan.sample_index
 
     def ids_of(lo: int, hi: int) -> list[str]:

@@ -11,10 +11,17 @@ Past ``in_memory_up_to`` ok samples (bucket passes ``packing.partition_samples``
 written as it is read into a memory-mapped ``.npy`` in ``work_dir/bucket-scratch`` (pages released after each
 chunk, ``packing._chunked.release``) and the samples hold those files opened read-only: the load's memory is
 a chunk's, not 11-35 bytes a sample. The same values either way, so the same bins.
+
+The write stage past the setting reads the ids alone from ``work_dir/ok-ids`` (``ok_id_store``): written once
+per manifest fingerprint from one ``SELECT id`` pass (no other column), in a temporary folder renamed into
+place, then memory-mapped; a pack's ids are sliced out of the page cache, not held by the process.
 """
 
 from __future__ import annotations
 
+import json
+import mmap
+import os
 import shutil
 from dataclasses import dataclass, field
 from itertools import islice
@@ -30,12 +37,13 @@ from ..manifest import Manifest, manifest_path
 from ..packing._chunked import release, rows
 
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
-           "MEDIA_TYPES", "SCRATCH_DIR", "remove_scratch"]
+           "MEDIA_TYPES", "SCRATCH_DIR", "remove_scratch", "IDS_DIR", "IdStore", "ok_id_store", "open_id_store"]
 
 MEDIA_TYPES = ("text", "image", "video", "audio")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
 _OTHER = 7  # media code of a type outside MEDIA_TYPES in the packed column (named in a second pass)
 SCRATCH_DIR = "bucket-scratch"  # under work_dir: the mapped columns of a load past ``in_memory_up_to``
+IDS_DIR = "ok-ids"  # under work_dir: the ok samples' ids on disk (``ok_id_store``), kept while the manifest holds
 # file name -> dtype of each mapped column (OkSamples field order)
 _MAPPED = {"token_len": np.int32, "media_tokens": np.int32, "media_code": np.int8, "encoder_patches": np.int32,
            "encoder_attention": np.int64, "audio_frames": np.int32, "audio_attention": np.int64,
@@ -250,6 +258,117 @@ def _load_mapped(manifest: Manifest, chunks, scratch: Path, n: int, encoded: boo
         **read, media_names=names, id_chunks=tuple(id_chunks), id_offsets=_offsets(id_lens, n) if with_ids else None,
         chunk_rows=_CHUNK, drops=drops, source_names=source_names,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class IdStore:
+    """The ok samples' ids (manifest order) in ``work_dir/ok-ids``: ``ids.bytes`` (utf-8, concatenated) and
+    ``ids.offsets.npy`` (int64 [n + 1], byte offsets), both mapped read-only. ``ids_of`` reads what it is
+    asked for and drops the touched pages from this process (``release``): they stay in the page cache, so a
+    billion samples' ids cost the process a block's pages, not 45 bytes a sample."""
+
+    raw: mmap.mmap | bytes  # bytes only for an empty file (which cannot be mapped)
+    offsets: np.ndarray  # int64 [n + 1], memory-mapped
+
+    @property
+    def n(self) -> int:
+        return len(self.offsets) - 1
+
+    def ids_of(self, indexes: np.ndarray) -> list[str]:
+        """Sample ids for an array of indexes (the same strings ``OkSamples.ids_of`` gives)."""
+        starts, ends = self.offsets[indexes].tolist(), self.offsets[indexes + 1].tolist()
+        raw = self.raw
+        out = [raw[s:e].decode() for s, e in zip(starts, ends, strict=True)]
+        release(self.offsets)
+        if isinstance(raw, mmap.mmap):
+            raw.madvise(mmap.MADV_DONTNEED)
+        return out
+
+
+def ok_id_store(work_dir) -> IdStore:
+    """The id store of the manifest as it is now: the one in ``work_dir/ok-ids`` when it was written for this
+    manifest fingerprint, else written afresh first (``_write_id_store``)."""
+    fingerprint = manifest_fingerprint(work_dir)
+    store = open_id_store(work_dir, fingerprint)
+    if store is None:
+        _write_id_store(work_dir, fingerprint)
+        store = open_id_store(work_dir, fingerprint)
+    if store is None:  # written just now and not readable: the disk or another process is at fault
+        raise StaleArtifactError(f"{Path(work_dir) / IDS_DIR} could not be read back after it was written: "
+                                 "is another `vlmpack write` running on this work_dir? Run one at a time")
+    return store
+
+
+def open_id_store(work_dir, fingerprint: str) -> IdStore | None:
+    """``work_dir/ok-ids`` mapped, or None when it is missing, written for another manifest (its ``meta.json``
+    names the fingerprint) or not whole (sizes other than its ``meta.json`` records)."""
+    folder = Path(work_dir) / IDS_DIR
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        offsets = np.load(folder / "ids.offsets.npy", mmap_mode="r")
+        size = (folder / "ids.bytes").stat().st_size
+    except (OSError, ValueError):
+        return None
+    n, n_bytes = meta.get("n"), meta.get("bytes")
+    if meta.get("manifest_fingerprint") != fingerprint or offsets.shape != (n + 1,) or size != n_bytes \
+            or int(offsets[-1]) != n_bytes or offsets.dtype != np.int64:
+        return None
+    if not size:
+        return IdStore(b"", offsets)
+    with open(folder / "ids.bytes", "rb") as handle:
+        return IdStore(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), offsets)
+
+
+def _write_id_store(work_dir, fingerprint: str) -> None:
+    """One ``SELECT id`` pass over the ok rows (manifest order) into ``ok-ids.tmp``: the bytes appended to a
+    file, the offsets into a mapped ``.npy`` (pages released after each chunk), both fsynced, then
+    ``meta.json``, then the folder renamed to ``ok-ids``. A killed run leaves only ``ok-ids.tmp``, which the
+    next run deletes and writes from the start: never read, and the same bytes once written."""
+    work_dir = Path(work_dir)
+    folder, tmp = work_dir / IDS_DIR, work_dir / f"{IDS_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with Manifest(manifest_path(work_dir)) as manifest:
+        n = manifest.status_counts().get("ok", 0)
+        offsets = open_memmap(tmp / "ids.offsets.npy", "w+", np.int64, (n + 1,))
+        at, end_byte, more = 0, 0, False
+        found_rows = manifest.select_samples("SELECT id FROM samples WHERE status = 'ok' ORDER BY shard, seq")
+        with open(tmp / "ids.bytes", "wb") as out:
+            while found := list(islice(found_rows, _CHUNK)):
+                if more := at + len(found) > n:
+                    break
+                ids = [i for (i,) in found]
+                joined = "".join(ids)
+                lens = map(len, ids) if joined.isascii() else (len(i.encode()) for i in ids)
+                sizes = np.fromiter(lens, np.int64, count=len(ids))
+                offsets[at + 1 : at + 1 + len(ids)] = end_byte + np.cumsum(sizes)
+                out.write(joined.encode())
+                end_byte += int(sizes.sum())
+                at += len(ids)
+                release(offsets)
+            out.flush()
+            os.fsync(out.fileno())
+    if more or at != n:
+        raise StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
+                                 "rerun `vlmpack scan`, then this stage")
+    offsets.flush()
+    del offsets
+    _fsync(tmp / "ids.offsets.npy")
+    with open(tmp / "meta.json", "w") as handle:
+        handle.write(json.dumps({"manifest_fingerprint": fingerprint, "n": n, "bytes": end_byte}, sort_keys=True))
+        handle.flush()
+        os.fsync(handle.fileno())
+    shutil.rmtree(folder, ignore_errors=True)  # a stale store (another manifest's)
+    os.rename(tmp, folder)
+    _fsync(work_dir)
+
+
+def _fsync(path: Path) -> None:
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,7 +89,8 @@ from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_pla
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
 from ._freshness import check_upstream
-from .bucket import closed_gate
+from ._ok_samples import ok_id_store
+from .bucket import closed_gate, read_bins_meta
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
 
@@ -509,7 +510,7 @@ def _describe_and_write(
     being described, streamed from ``read_plan``.
     """
     out_dir = _out_dir(config)
-    packs = read_plan(config.work_dir, plan)
+    packs = read_plan(config.work_dir, plan, ids_on_disk=_ids_on_disk(config))
     chunks = (
         (config, fp, shard_paths, first // _SIZE_CHUNK, tuple(islice(packs, _SIZE_CHUNK)))
         for first in range(0, plan.n_packs, _SIZE_CHUNK)
@@ -593,7 +594,7 @@ def _layout_refusals(args: tuple[Config, dict[str, str], tuple[Pack, ...]]) -> l
 def _check_layout_holds(config: Config, shard_paths: dict[str, str], plan: PlanArrays) -> None:
     """A published layout must hold every planned sample: checked over the whole plan (the JSON members
     only) before the output folder is touched, so a refusal deletes and writes nothing."""
-    packs = read_plan(config.work_dir, plan)
+    packs = read_plan(config.work_dir, plan, ids_on_disk=_ids_on_disk(config))
     chunks = ((config, shard_paths, tuple(islice(packs, _SIZE_CHUNK))) for _ in range(0, plan.n_packs, _SIZE_CHUNK))
     n_chunks = -(-plan.n_packs // _SIZE_CHUNK)
     refusals = [r for chunk in _map_chunks(config, _layout_refusals, chunks, n_chunks=n_chunks, stage="write-check")
@@ -693,6 +694,12 @@ class _SplitsOf(Sequence):
         return SPLITS[self._codes[position]]
 
 
+def _ids_on_disk(config: Config) -> bool:
+    """Past ``packing.partition_samples`` ok samples (bins/meta.json's count) the packs' ids come from the id
+    store ``work_dir/ok-ids`` (``plan_file.read_plan``), so this driver holds no billion ids (issue 37)."""
+    return int((read_bins_meta(config) or {}).get("n_ok", 0)) > config.packing.partition_samples
+
+
 def _load_plan(config: Config) -> tuple[dict, PlanArrays]:
     meta = read_plan_meta(config.work_dir)
     if meta is None or not plan_path(config.work_dir).is_file():
@@ -732,6 +739,8 @@ def run(config: Config) -> StageResult:
         # media items of the samples the plan drew from (the packs hold at most these): a 0 tells the loader it
         # needs no video reader, a trainer that no rank waits on an audio tower (packed_settings.may_hold)
         (media,) = manifest.sums(("n_images", "n_videos", "n_audios"), status="ok")
+    if _ids_on_disk(config):  # written (or found current) here, before any describe or write task starts
+        ok_id_store(config.work_dir)
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds
