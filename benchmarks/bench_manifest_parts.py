@@ -13,6 +13,15 @@ the shard row and its sums). Reports the time each side spends, the size of ``ma
 ``--peak-rss``: bucket's load (no ids) in a fresh process per way, its peak RSS (``VmHWM``) over the
 process's RSS before the load: in memory (``in_memory_up_to=None``) and memory-mapped into
 ``bucket-scratch`` (``in_memory_up_to`` below the ok count, as past ``packing.partition_samples``).
+
+    python benchmarks/bench_manifest_parts.py --samples 3000000 --shards 300 --layouts single --ids-rss
+
+``--ids-rss``: what write's driver pays for the packs' ids. A plan over every ok sample (8 a pack, in a
+shuffled order, as a length-sorted plan reads them) is written beside the manifest; then, each in a fresh
+process with the plan's arrays already loaded, ``read_plan`` through every pack: ids in memory
+(``load_ok_samples(with_ids=True)``, as at or below ``packing.partition_samples``), writing the id store
+``ok-ids`` (``ok_id_store``), and from the store (``ids_on_disk=True``): peak RSS (``VmHWM``) over the RSS
+before, and the ids read compared across the ways (a digest).
 """
 
 from __future__ import annotations
@@ -94,12 +103,53 @@ def peak_rss(work: Path, in_memory_up_to: int | None) -> tuple[int, float, float
     return n, (peak - before) / 1024, seconds
 
 
+_IDS = """
+import hashlib, sys, time
+from vlmpack_offline.plan_file import read_plan, read_plan_arrays
+from vlmpack_offline.stages._ok_samples import ok_id_store
+def kib(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key))
+plan = read_plan_arrays(sys.argv[1])
+before, start, digest, n = kib("VmRSS:"), time.perf_counter(), hashlib.sha256(), 0
+if sys.argv[2] == "write-store":
+    n = ok_id_store(sys.argv[1]).n
+else:
+    for pack in read_plan(sys.argv[1], plan, ids_on_disk=sys.argv[2] == "store"):
+        digest.update("\\0".join(pack.sample_ids).encode())
+        n += len(pack.sample_ids)
+print(n, before, kib("VmHWM:"), time.perf_counter() - start, digest.hexdigest()[:16])
+"""
+
+
+def ids_rss(work: Path) -> None:
+    """Write a plan over every ok sample beside the manifest, then each way of reading its ids in a fresh process."""
+    from vlmpack_offline.plan_file import PlanArrays, write_plan_arrays
+    from vlmpack_offline.stages._ok_samples import manifest_fingerprint
+
+    with Manifest(manifest_path(work)) as manifest:
+        manifest.set_meta({"fingerprint": "bench-ids"})
+        n_ok = manifest.status_counts()["ok"]
+    order = np.random.default_rng(0).permutation(n_ok)
+    n_packs = -(-n_ok // 8)
+    write_plan_arrays(work, PlanArrays(
+        pack_offsets=np.minimum(np.arange(n_packs + 1, dtype=np.int64) * 8, n_ok), token_len=np.ones(n_ok, np.int32),
+        split=np.zeros(n_packs, np.int8), group=np.zeros(n_packs, np.int8), media_tokens=np.zeros(n_packs, np.int64),
+        group_names=("image",), sample_index=order), {"manifest_fingerprint": manifest_fingerprint(work)})
+    for way in ("in memory", "write-store", "store"):
+        out = subprocess.run([sys.executable, "-c", _IDS, str(work), way], check=True, capture_output=True,
+                             text=True).stdout.split()
+        n, mib, seconds = int(out[0]), (int(out[2]) - int(out[1])) / 1024, float(out[3])
+        print(f"ids {way:11s}: +{mib:8.1f} MiB peak RSS ({mib * 2**20 / n:5.1f} bytes/sample), {seconds:6.2f} s, "
+              f"{n:,} ids" + (f", digest {out[4]}" if way != "write-store" else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2_000_000)
     parser.add_argument("--shards", type=int, default=200)
     parser.add_argument("--layouts", nargs="+", choices=("single", "parts"), default=["single", "parts"])
     parser.add_argument("--peak-rss", action="store_true", help="bucket's load in memory and mapped: peak RSS")
+    parser.add_argument("--ids-rss", action="store_true", help="write's ids in memory and from ok-ids: peak RSS")
     args = parser.parse_args()
     loaded = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,8 +162,10 @@ def main() -> None:
             read_s = time.perf_counter() - start
             print(f"{layout:6s}: tasks write rows {task_s:6.2f} s, driver commits {driver_s:6.2f} s, "
                   f"manifest.sqlite {size:8.1f} MiB, load_ok_samples {read_s:5.2f} s ({loaded[layout].n:,} ok rows)")
+            if args.ids_rss:
+                ids_rss(work)
             if args.peak_rss:
-                del loaded[layout]
+                loaded.pop(layout, None)
                 for way, up_to in (("in memory", None), ("mapped", 1000)):
                     n, mib, seconds = peak_rss(work, up_to)
                     print(f"{layout:6s}: bucket's load {way:9s}: +{mib:8.1f} MiB peak RSS ({mib * 2**20 / n:5.1f} "

@@ -5,7 +5,8 @@ from ``work_dir/ok-ids`` (``ids.bytes`` + ``ids.offsets.npy``, ok-sample order, 
 per manifest fingerprint by the driver before any task starts, in a temporary folder renamed into place;
 no other manifest column is loaded for it. The packed shards are the bytes the in-memory ids give, in both
 manifest layouts; a store written for another manifest, or one left half-written by a kill, is never read
-(it is written again). At or below the setting nothing changes: ids in memory, no store.
+(it is written again). At or below the setting nothing changes: ids in memory, no store (write deletes one
+left by a larger data set).
 
 The manifests come from the real scan (the Qwen2.5-VL tokenizer) over real tars of tiny text samples.
 """
@@ -185,8 +186,11 @@ def test_at_or_below_the_setting_write_keeps_ids_in_memory_and_writes_no_store(t
         "model": {"processor_kwargs": {"pretrained_model_name_or_path": str(qwen25_processor_dir)}},
         "sample": {"max_token_len": 1024}, "packing": {"partition_samples": SHARDS * PER_SHARD},
     }, source="test")
-    for stage in (scan, bucket, plan, write):
+    for stage in (scan, bucket, plan):
         assert stage.run(config).exit_code == 0, stage.__name__
-    assert not (config.work_dir / IDS_DIR).exists()
+    ok_id_store(config.work_dir)  # left by an earlier, larger data set's write
+    (config.work_dir / f"{IDS_DIR}.tmp").mkdir()
+    assert write.run(config).exit_code == 0
+    assert not (config.work_dir / IDS_DIR).exists() and not (config.work_dir / f"{IDS_DIR}.tmp").exists()
     with Manifest(manifest_path(config.work_dir)) as manifest:
         assert manifest.status_counts()["ok"] == SHARDS * PER_SHARD

@@ -37,7 +37,8 @@ from ..manifest import Manifest, manifest_path
 from ..packing._chunked import release, rows
 
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
-           "MEDIA_TYPES", "SCRATCH_DIR", "remove_scratch", "IDS_DIR", "IdStore", "ok_id_store", "open_id_store"]
+           "MEDIA_TYPES", "SCRATCH_DIR", "remove_scratch", "IDS_DIR", "IdStore", "ok_id_store", "open_id_store",
+           "remove_id_store"]
 
 MEDIA_TYPES = ("text", "image", "video", "audio")  # code = position; other names get codes after these
 _CHUNK = 200_000  # rows per fetch and per id string
@@ -361,6 +362,12 @@ def _write_id_store(work_dir, fingerprint: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)  # a stale store (another manifest's)
     os.rename(tmp, folder)
     _fsync(work_dir)
+
+
+def remove_id_store(work_dir) -> None:
+    """Delete ``ok-ids`` and a killed write's ``ok-ids.tmp`` (a write at or below the setting needs neither)."""
+    for name in (IDS_DIR, f"{IDS_DIR}.tmp"):
+        shutil.rmtree(Path(work_dir) / name, ignore_errors=True)
 
 
 def _fsync(path: Path) -> None:

@@ -89,7 +89,7 @@ from ..plan_file import SPLITS, Pack, PlanArrays, plan_path, read_plan, read_pla
 from ..stage_result import StageResult
 from ..tario import open_source, sample_digest, source_stat
 from ._freshness import check_upstream
-from ._ok_samples import ok_id_store
+from ._ok_samples import ok_id_store, remove_id_store
 from .bucket import closed_gate, read_bins_meta
 
 __all__ = ["MARKER_NAME", "run", "write_fingerprint", "check_sources"]
@@ -741,6 +741,8 @@ def run(config: Config) -> StageResult:
         (media,) = manifest.sums(("n_images", "n_videos", "n_audios"), status="ok")
     if _ids_on_disk(config):  # written (or found current) here, before any describe or write task starts
         ok_id_store(config.work_dir)
+    else:  # one left by a larger manifest's write: gigabytes nothing reads
+        remove_id_store(config.work_dir)
     if layout_for(config.sample.sample_type).published:
         _check_layout_holds(config, shard_paths, plan)  # before the old output is cleared
     (config.work_dir / REFUSED_NAME).unlink(missing_ok=True)  # a listing of an earlier refusal no longer holds
