@@ -127,7 +127,7 @@ def test_the_store_holds_every_ok_id_in_manifest_order(planned, monkeypatch):
     store = ok_id_store(planned.work_dir)
     every, expected = np.arange(store.n), _in_memory_ids(planned.work_dir)
     assert store.ids_of(every) == expected
-    monkeypatch.setattr(_ok_samples, "_IDS_AT_ONCE", 97)  # read in many steps, pages released between them
+    monkeypatch.setattr(_ok_samples, "_ID_WINDOW", 97)  # read in many windows, pages released between them
     assert store.ids_of(every[::-7]) == [expected[i] for i in every[::-7]]
     assert store.ids_of(every[:0]) == []
 

@@ -44,7 +44,7 @@ MEDIA_TYPES = ("text", "image", "video", "audio")  # code = position; other name
 _CHUNK = 200_000  # rows per fetch and per id string
 _OTHER = 7  # media code of a type outside MEDIA_TYPES in the packed column (named in a second pass)
 SCRATCH_DIR = "bucket-scratch"  # under work_dir: the mapped columns of a load past ``in_memory_up_to``
-_IDS_AT_ONCE = 16_384  # ids read from the id store between two releases of its pages
+_ID_WINDOW = 1 << 18  # consecutive ok samples whose ids are read between two releases of the store's pages
 IDS_DIR = "ok-ids"  # under work_dir: the ok samples' ids on disk (``ok_id_store``), kept while the manifest holds
 # file name -> dtype of each mapped column (OkSamples field order)
 _MAPPED = {"token_len": np.int32, "media_tokens": np.int32, "media_code": np.int8, "encoder_patches": np.int32,
@@ -277,14 +277,21 @@ class IdStore:
         return len(self.offsets) - 1
 
     def ids_of(self, indexes: np.ndarray) -> list[str]:
-        """Sample ids for an array of indexes (the same strings ``OkSamples.ids_of`` gives), ``_IDS_AT_ONCE`` at
-        a time: a plan reads them in pack order, one page or two of each file per id, so the pages are released
-        that often (at most ~3 x 4 KiB x ``_IDS_AT_ONCE`` mapped at once, whatever the data set's size)."""
-        raw, out = self.raw, []
-        for first in range(0, len(indexes), _IDS_AT_ONCE):
-            some = indexes[first : first + _IDS_AT_ONCE]
+        """Sample ids for an array of indexes (the same strings ``OkSamples.ids_of`` gives).
+
+        A plan asks in pack order, all over the files, and the kernel maps a page-cache folio whole (2 MiB
+        here) on a fault: read as asked, a block's ids would map most of both files. So they are read in
+        index order, ``_ID_WINDOW`` consecutive samples' worth at a time, each window's pages released before
+        the next: at most a window of each file is mapped, whatever the data set's size."""
+        order = np.argsort(indexes, kind="stable")
+        ordered = indexes[order]
+        cuts = [0, *(np.flatnonzero(np.diff(ordered // _ID_WINDOW)) + 1).tolist(), len(ordered)]
+        raw, out, places = self.raw, [""] * len(ordered), order.tolist()
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            some = ordered[a:b]
             starts, ends = self.offsets[some].tolist(), self.offsets[some + 1].tolist()
-            out.extend(raw[s:e].decode() for s, e in zip(starts, ends, strict=True))
+            for place, s, e in zip(places[a:b], starts, ends, strict=True):
+                out[place] = raw[s:e].decode()
             release(self.offsets)
             if isinstance(raw, mmap.mmap):
                 raw.madvise(mmap.MADV_DONTNEED)
