@@ -267,7 +267,7 @@ class IdStore:
     """The ok samples' ids (manifest order) in ``work_dir/ok-ids``: ``ids.bytes`` (utf-8, concatenated) and
     ``ids.offsets.npy`` (int64 [n + 1], byte offsets), both mapped read-only. ``ids_of`` reads what it is
     asked for and drops the touched pages from this process (``release``): they stay in the page cache, so a
-    billion samples' ids cost the process a block's pages, not 45 bytes a sample."""
+    billion samples' ids cost the process a window's pages (``_ID_WINDOW``), not 45 bytes a sample."""
 
     raw: mmap.mmap | bytes  # bytes only for an empty file (which cannot be mapped)
     offsets: np.ndarray  # int64 [n + 1], memory-mapped
@@ -323,8 +323,8 @@ def open_id_store(work_dir, fingerprint: str) -> IdStore | None:
     except (OSError, ValueError):
         return None
     n, n_bytes = meta.get("n"), meta.get("bytes")
-    if meta.get("manifest_fingerprint") != fingerprint or offsets.shape != (n + 1,) or size != n_bytes \
-            or int(offsets[-1]) != n_bytes or offsets.dtype != np.int64:
+    if not isinstance(n, int) or meta.get("manifest_fingerprint") != fingerprint or offsets.shape != (n + 1,) \
+            or offsets.dtype != np.int64 or size != n_bytes or int(offsets[-1]) != n_bytes:
         return None
     if not size:
         return IdStore(b"", offsets)
