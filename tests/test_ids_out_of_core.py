@@ -4,9 +4,9 @@ The contract (issue 37): with more ok samples than the setting, ``vlmpack write`
 from ``work_dir/ok-ids`` (``ids.bytes`` + ``ids.offsets.npy``, ok-sample order, memory-mapped), written once
 per manifest fingerprint by the driver before any task starts, in a temporary folder renamed into place;
 no other manifest column is loaded for it. The packed shards are the bytes the in-memory ids give, in both
-manifest layouts; a store written for another manifest, or one left half-written by a kill, is never read
-(it is written again). At or below the setting nothing changes: ids in memory, no store (write deletes one
-left by a larger data set).
+manifest layouts; a store written for another manifest, or one left half-written by a kill -9, is never read
+(it is written again, to the same bytes). At or below the setting nothing changes: ids in memory, no store
+(write deletes one left by a larger data set).
 
 The manifests come from the real scan (the Qwen2.5-VL tokenizer) over real tars of tiny text samples.
 """
@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +200,34 @@ def test_at_or_below_the_setting_write_keeps_ids_in_memory_and_writes_no_store(t
     assert not (config.work_dir / IDS_DIR).exists() and not (config.work_dir / f"{IDS_DIR}.tmp").exists()
     with Manifest(manifest_path(config.work_dir)) as manifest:
         assert manifest.status_counts()["ok"] == SHARDS * PER_SHARD
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from vlmpack_offline.stages import _ok_samples
+_ok_samples._CHUNK = 100  # many chunks, so the kill lands among them
+calls = []
+def release_then_die(*arrays):
+    calls.append(1)
+    if len(calls) == 4:  # a few chunks written, the rest not
+        os.kill(os.getpid(), signal.SIGKILL)
+_ok_samples.release = release_then_die
+_ok_samples.ok_id_store(sys.argv[1])
+"""
+
+
+def test_a_write_killed_mid_store_leaves_nothing_read_and_the_rerun_writes_the_same_bytes(planned):
+    work = planned.work_dir
+    ok_id_store(work)
+    clean = _hashes(work / IDS_DIR)
+    (work / IDS_DIR / "meta.json").unlink()  # make the next call write the store again
+    root = str(Path(_ok_samples.__file__).parents[2])  # the child imports the package this test imported
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(work)], capture_output=True, env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert (work / f"{IDS_DIR}.tmp" / "ids.bytes").is_file() and not (work / f"{IDS_DIR}.tmp" / "meta.json").exists()
+    assert open_id_store(work, manifest_fingerprint(work)) is None
+    store = ok_id_store(work)
+    assert _hashes(work / IDS_DIR) == clean
+    assert store.ids_of(np.arange(store.n)) == _in_memory_ids(work)
+    assert not (work / f"{IDS_DIR}.tmp").exists()
