@@ -182,6 +182,42 @@ def test_a_part_deleted_by_hand_is_scanned_again(runs, tmp_path):
     assert _files(tmp_path / "copy" / "manifest.parts") == _files(root / "parts" / "manifest.parts")
 
 
+def _cut(part: Path) -> None:
+    part.write_bytes(part.read_bytes()[:4000])
+
+
+def _garbage(part: Path) -> None:
+    part.write_bytes(bytes(range(256)) * 80)
+
+
+def _emptied(part: Path) -> None:
+    part.write_bytes(b"")
+
+
+def _rows_deleted(part: Path) -> None:
+    with sqlite3.connect(part) as conn:
+        conn.execute("DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE status = 'ok' LIMIT 2)")
+
+
+@pytest.mark.parametrize("damage", [_cut, _garbage, _emptied, _rows_deleted])
+def test_a_part_damaged_after_its_commit_is_refused_by_name_and_a_scan_redoes_it_once_deleted(runs, tmp_path, damage):
+    """Never read short (rows missing from the packs) nor a sqlite traceback: the part and the way out, named."""
+    root = runs["root"]
+    work = tmp_path / "copy"
+    shutil.copytree(root / "parts", work)
+    (part,) = (work / "manifest.parts" / "beta" / "sub").glob("*.sqlite")
+    damage(part)
+    with pytest.raises(StaleArtifactError, match=f"^{part}.*delete it and rerun `vlmpack scan`"):
+        load_ok_samples(work)
+    with Manifest(manifest_path(work)) as manifest, pytest.raises(StaleArtifactError, match=f"^{part}"):
+        manifest.get_samples(r.id for r in _rows(root / "single"))
+    part.unlink()
+    raw = _raw(root, "copy", "parts")
+    raw["data"]["work_dir"] = str(work)
+    assert scan.run(config_from_dict(raw, source="test")).counts["shards_scanned"] == 1
+    assert _files(work / "manifest.parts") == _files(root / "parts" / "manifest.parts")
+
+
 def test_manifest_jsonl_is_written_when_asked_and_only_then(runs, tmp_path):
     root = runs["root"]
     work = tmp_path / "asked"

@@ -37,7 +37,7 @@ def cli() -> None:
     Run the stages in order (or all at once with scripts/pack_wds.sh):
 
     \b
-      vlmpack scan   --config C   tars      -> work_dir/manifest.sqlite
+      vlmpack scan   --config C   tars      -> work_dir/manifest.sqlite (+ manifest.parts/)
       vlmpack bucket --config C   manifest  -> work_dir/bins/
       vlmpack plan   --config C   bins      -> work_dir/pack_plan.npz
       vlmpack write  --config C   plan      -> packed_wds_dir/pretrain-*.tar

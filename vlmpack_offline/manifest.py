@@ -285,8 +285,17 @@ class Manifest:
             yield None, self.conn.execute(query, args)
             return
         shards = [row[0] for row in self.conn.execute("SELECT shard FROM shards ORDER BY shard")]
-        yield from zip(shards, read_parts([part_path(self.path.parent, s) for s in shards], query, args),
-                       strict=True)
+        committed = self._committed()
+        parts = read_parts([part_path(self.path.parent, s) for s in shards], query, args,
+                           [committed.get(s, {}) for s in shards])
+        yield from zip(shards, parts, strict=True)
+
+    def _committed(self) -> dict[str, dict[str, int]]:
+        """Parts layout: each committed shard's samples per status (``shard_sums``), which its part must hold."""
+        out: dict[str, dict[str, int]] = {}
+        for shard, status, n in self.conn.execute("SELECT shard, status, n FROM shard_sums"):
+            out.setdefault(shard, {})[status] = n
+        return out
 
     def iter_samples(self, status: str | None = None) -> Iterator[SampleRecord]:
         """All samples (or those with ``status``), ordered by (shard, seq)."""
@@ -304,8 +313,9 @@ class Manifest:
                 cuts = [i for i, ch in enumerate(sample_id) if ch == "/"]
                 for shard in {sample_id[:i] for i in cuts} & names:
                     by_shard.setdefault(shard, []).append(sample_id)
-            jobs = [(part_path(self.path.parent, shard), _by_ids(chunk), tuple(chunk)) for shard in sorted(by_shard)
-                    for chunk in _chunks(by_shard[shard])]
+            committed = self._committed()
+            jobs = [(part_path(self.path.parent, shard), _by_ids(chunk), tuple(chunk), committed.get(shard, {}))
+                    for shard in sorted(by_shard) for chunk in _chunks(by_shard[shard])]
             found: Iterable = (row for rows in read_queries(jobs) for row in rows)  # parts read a few at once
         else:
             found = (row for chunk in _chunks(ids) for row in self.conn.execute(_by_ids(chunk), chunk))

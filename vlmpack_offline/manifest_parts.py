@@ -109,24 +109,42 @@ def remove_parts(work_dir: str | Path, *, only_unfinished: bool = False) -> None
         root.rmdir()
 
 
-def _read(path: Path, query: str, args: tuple) -> list[tuple]:
+_REDO = "delete it and rerun `vlmpack scan` (it scans that shard again)"
+
+
+def _read(path: Path, query: str, args: tuple, committed: dict[str, int]) -> list[tuple]:
+    """``query``'s rows from one part, once its samples per status are the ``committed`` ones (``shard_sums``):
+    a part changed, cut or replaced after its commit is refused by name, never read short or as a traceback."""
     if not path.is_file():  # sqlite would create an empty file in its place
         raise StaleArtifactError(f"{path} is missing but the manifest records its shard as scanned: "
-                                 "`vlmpack scan --rescan` counts the samples again")
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+                                 "rerun `vlmpack scan` (it scans that shard again)")
     try:
-        return conn.execute(query, args).fetchall()
-    finally:
-        conn.close()
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            held = dict(conn.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall())
+            if held != committed:
+                raise StaleArtifactError(f"{path} holds {_counted(held)} but the manifest committed "
+                                         f"{_counted(committed)} for its shard (changed after the scan?): {_REDO}")
+            return conn.execute(query, args).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # cut, overwritten, not sqlite at all, no samples table
+        raise StaleArtifactError(f"{path} is not a readable manifest part ({exc}): {_REDO}") from None
 
 
-def read_parts(paths: Sequence[Path], query: str, args: tuple = ()) -> Iterator[list[tuple]]:
-    """``query`` on each part, its rows as one list per part, in the order of ``paths``."""
-    return read_queries([(path, query, args) for path in paths])
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no samples"
 
 
-def read_queries(jobs: Sequence[tuple[Path, str, tuple]]) -> Iterator[list[tuple]]:
-    """Each ``(part, query, args)``'s rows as one list, in the order of ``jobs``; a few read ahead in threads
+def read_parts(paths: Sequence[Path], query: str, args: tuple, committed: Sequence[dict[str, int]]
+               ) -> Iterator[list[tuple]]:
+    """``query`` on each part, its rows as one list per part, in the order of ``paths``; ``committed``: each
+    part's samples per status as the manifest committed them."""
+    return read_queries([(path, query, args, counts) for path, counts in zip(paths, committed, strict=True)])
+
+
+def read_queries(jobs: Sequence[tuple[Path, str, tuple, dict[str, int]]]) -> Iterator[list[tuple]]:
+    """Each ``(part, query, args, committed)``'s rows as one list, in the order of ``jobs``; a few read ahead in threads
     (at most ``2 * _READ_THREADS`` results held at once)."""
     if not jobs:
         return

@@ -1,4 +1,4 @@
-"""``vlmpack scan``: count every sample's exact tokens into work_dir/manifest.sqlite."""
+"""``vlmpack scan``: count every sample's exact tokens into work_dir/manifest.sqlite (and its parts)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ __all__ = ["command"]
 @click.option(
     "--rescan",
     is_flag=True,
-    help="Count every sample again: replace the manifest (manifest.sqlite and manifest.jsonl) instead of "
-    "resuming it. Needed after a change of a setting the counts depend on (the refusal names it).",
+    help="Count every sample again: replace the manifest (manifest.sqlite, manifest.jsonl and manifest.parts/) "
+    "instead of resuming it. Needed after a change of a setting the counts depend on (the refusal names it).",
 )
 def command(config_path: str, overrides: tuple[str, ...], limit_shards: int | None, rescan: bool) -> None:
-    """Count exact tokens of every sample of the WebDataset shards into work_dir/manifest.sqlite.
+    """Count exact tokens of every sample of the WebDataset shards into work_dir/manifest.sqlite
+    (with data.manifest_layout: parts, each shard's rows into work_dir/manifest.parts/).
 
     Runs process.workers processes over shards, commits per shard and resumes after a crash:
     rerun the same command. Bad samples are recorded with a drop reason, never skipped silently.

@@ -245,7 +245,7 @@ def _load_mapped(manifest: Manifest, chunks, scratch: Path, n: int, encoded: boo
         at = end
     if at != n:
         raise StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
-                                 f"rerun `vlmpack scan`, then this stage")
+                                 f"rerun `vlmpack scan --rescan`, then this stage")
     names = MEDIA_TYPES
     if other:  # a media type other than text/image/video/audio (rare): named in memory, as below the setting
         names, codes = _name_other_media(manifest, np.asarray(out["media_code"]))
