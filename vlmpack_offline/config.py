@@ -236,10 +236,12 @@ class PackingConfig:
     cost: CostConfig = field(default_factory=CostConfig)
     # at least 1000. More ok samples than this are packed in consecutive partitions of this many (manifest order),
     # each on its own (their part-filled packs again together; a mixture's partition with copies keeps its own, a
-    # few packs more), and plan streams its per-sample arrays through work_dir/plan-scratch. Packing's scratch is
-    # then bounded by this (~20 bytes x it); the peak still grows ~15 bytes per sample (docs/performance.md, "A
-    # billion samples": 1.8 GiB at 100M, 4.7 GiB at 300M with 25M). At or below it nothing changes, and a changed
-    # value there rebuilds nothing
+    # few packs more); bucket reads the manifest's ok columns into memory-mapped work_dir/bucket-scratch (~35 bytes
+    # a sample of disk, removed when bucket ends), plan streams its per-sample arrays through work_dir/plan-scratch,
+    # and write reads the ids from work_dir/ok-ids (kept for a resumed write). Packing's scratch is then bounded by
+    # this (~20 bytes x it); the peak still grows ~13 bytes per sample (docs/performance.md, "A billion samples":
+    # 1.8 GiB at 100M, 4.7 GiB at 300M with 25M). At or below it nothing changes, and a changed value there
+    # rebuilds nothing
     partition_samples: int = 100_000_000
 
 
