@@ -15,8 +15,9 @@ import wave
 import av
 import numpy as np
 import pytest
+from _audio_oracle import probed
 
-from vlmpack_offline.media import AudioInfo, decode_audio, probe_audio, resampled_length
+from vlmpack_offline.media import decode_audio, probe_audio, resampled_length
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.audio import (
     CONTAINERS,
@@ -53,13 +54,6 @@ def _lengths(rate: int) -> tuple[int, ...]:
     return (rate // 10, 1, 7, 1153, 4097, 13 * rate // 10 + 3)
 
 
-def _probed_or_dropped(data: bytes, part: str) -> AudioInfo | DropError:
-    try:
-        return probe_audio(data, part=part)
-    except DropError as exc:
-        return exc
-
-
 @pytest.mark.parametrize("container", sorted(CONTAINERS))
 def test_probe_counts_what_the_decoder_yields_and_decode_is_that_long(container):
     """Every clip: the probe's samples and rate are the decoder's; decode_audio at 16 and 24 kHz is float32 mono of
@@ -75,7 +69,7 @@ def test_probe_counts_what_the_decoder_yields_and_decode_is_that_long(container)
                     oracle = _decoded(data)
                 except av.error.FFmpegError:
                     oracle = (0, None)
-                got = _probed_or_dropped(data, part)
+                got = probed(data, part)
                 if oracle[0] == 0:
                     if not (isinstance(got, DropError) and got.reason == Reason.CORRUPT_MEDIA):
                         wrong.append((part, "decoder yields nothing", got))
@@ -190,7 +184,7 @@ def test_every_cut_of_a_clip_is_truncated_or_corrupt(container):
     sizes = [len(data) * k // 13 for k in range(1, 13)] + [len(data) - 50, len(data) - 5, len(data) - 1]
     kept = []
     for size in sizes:
-        got = _probed_or_dropped(data[:size], "cut")
+        got = probed(data[:size], "cut")
         if not isinstance(got, DropError) or not str(got).startswith("cut: "):
             kept.append((size, got))
         elif size > len(data) // 2 and got.reason != Reason.TRUNCATED_MEDIA:
@@ -203,7 +197,7 @@ def test_headerless_aac_cut_is_dropped_or_counted_as_decoded():
     counted as exactly what the decoder yields from it."""
     data = encode_audio("aac", samples=48000 * 2, sample_rate=48000, channels=2)
     for size in [len(data) * k // 7 for k in range(1, 7)]:
-        got = _probed_or_dropped(data[:size], "cut.aac")
+        got = probed(data[:size], "cut.aac")
         if isinstance(got, DropError):
             assert got.reason == Reason.CORRUPT_MEDIA and str(got).startswith("cut.aac: ")
         else:

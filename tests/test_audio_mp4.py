@@ -13,7 +13,7 @@ import io
 
 import av
 import pytest
-from _audio_oracle import decoded
+from _audio_oracle import clips, decoded, probed
 
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
@@ -36,19 +36,14 @@ def test_mp4_counts_what_the_decoder_yields_without_pyav(container, no_pyav_cont
     read off moov without opening the file in PyAV; a clip the decoder yields nothing from (AAC's priming packet
     discarded, the next left out of the index) is dropped as corrupt_media."""
     wrong = []
-    for rate in RATES:
-        for channels in (1, 2):
-            for length in _lengths(rate):
-                data = encode_audio(container, samples=length, sample_rate=rate, channels=channels, seed=length)
-                oracle = decoded(data)
-                try:
-                    info = probe_audio(data, part="clip")
-                    got = (info.samples, info.sample_rate, info.channels, info.container)
-                except DropError as exc:
-                    got = exc.reason
-                want = (*oracle, channels, "mov,mp4,m4a,3gp,3g2,mj2") if oracle[0] else Reason.CORRUPT_MEDIA
-                if got != want:
-                    wrong.append((rate, channels, length, want, got))
+    for rate, channels, length, data in clips(container, RATES, _lengths):
+        oracle = decoded(data)
+        info = probed(data)
+        got = info.reason if isinstance(info, DropError) else (info.samples, info.sample_rate, info.channels,
+                                                               info.container)  # fmt: skip
+        want = (*oracle, channels, "mov,mp4,m4a,3gp,3g2,mj2") if oracle[0] else Reason.CORRUPT_MEDIA
+        if got != want:
+            wrong.append((rate, channels, length, want, got))
     assert not wrong, wrong
 
 
@@ -142,11 +137,8 @@ def test_mp4_without_edit_list_or_with_tags_is_counted_without_pyav(codec, optio
     for length in (7, 1025, 44100 + 3):
         data = _ipod(codec, length, options, tags)
         oracle = decoded(data)
-        try:
-            info = probe_audio(data, part="clip.m4a")
-            got = (info.samples, info.sample_rate)
-        except DropError as exc:  # AAC's 7 samples behind the priming edit: the decoder yields nothing
-            got = exc.reason
+        info = probed(data, "clip.m4a")  # dropped: AAC's 7 samples behind the priming edit, the decoder yields nothing
+        got = info.reason if isinstance(info, DropError) else (info.samples, info.sample_rate)
         if got != (oracle if oracle[0] else Reason.CORRUPT_MEDIA):
             wrong.append((length, got, oracle))
     assert not wrong, wrong
@@ -166,11 +158,8 @@ def _pyav_path(data: bytes) -> tuple[int, int] | Reason:
     """(samples, rate) the probe gives with the moov reading switched off (its PyAV path), or its drop reason."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(audio_module, "mp4_audio", lambda data: None)
-        try:
-            info = probe_audio(data, part="x")
-        except DropError as exc:
-            return exc.reason
-    return info.samples, info.sample_rate
+        info = probed(data, "x")
+    return info.reason if isinstance(info, DropError) else (info.samples, info.sample_rate)
 
 
 @pytest.mark.parametrize(("container", "rate", "channels"), [("m4a", 44100, 2), ("m4a", 16000, 1), ("alac", 22050, 2)])

@@ -15,7 +15,7 @@ import io
 
 import av
 import pytest
-from _audio_oracle import decoded
+from _audio_oracle import clips, decoded, probed
 
 from vlmpack_offline.media import audio as audio_module
 from vlmpack_offline.media.audio import check_decodes, probe_audio
@@ -49,18 +49,13 @@ def test_walk_counts_what_the_decoder_yields_without_decoding(container, _no_dec
     """Every rate the encoder takes, mono and stereo, every length: the probe's (samples, rate) are the decoder's,
     found without decoding; a clip the decoder yields nothing from is dropped as corrupt_media."""
     wrong = []
-    for rate in (r for r in RATES if rates_taken(container) is None or r in rates_taken(container)):
-        for channels in (1, 2):
-            for length in _lengths(rate):
-                data = encode_audio(container, samples=length, sample_rate=rate, channels=channels, seed=length)
-                oracle = decoded(data)
-                try:
-                    info = probe_audio(data, part="clip")
-                    got = (info.samples, info.sample_rate)
-                except DropError as exc:
-                    got = exc.reason
-                if got != (oracle if oracle[0] else Reason.CORRUPT_MEDIA):
-                    wrong.append((rate, channels, length, oracle, got))
+    rates = [r for r in RATES if rates_taken(container) is None or r in rates_taken(container)]
+    for rate, channels, length, data in clips(container, rates, _lengths):
+        oracle = decoded(data)
+        info = probed(data)
+        got = info.reason if isinstance(info, DropError) else (info.samples, info.sample_rate)
+        if got != (oracle if oracle[0] else Reason.CORRUPT_MEDIA):
+            wrong.append((rate, channels, length, oracle, got))
     assert not wrong, wrong
 
 
