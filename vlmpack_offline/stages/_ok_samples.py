@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from ..errors import StaleArtifactError
 from ..manifest import Manifest, manifest_path
+from ..output.tar_writer import fsync_files
 from ..packing._chunked import release, rows
 
 __all__ = ["OkSamples", "UnfitRows", "load_ok_samples", "load_layout_unfit", "manifest_fingerprint", "source_counts",
@@ -244,8 +245,7 @@ def _load_mapped(manifest: Manifest, chunks, scratch: Path, n: int, encoded: boo
         release(*out.values())
         at = end
     if at != n:
-        raise StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
-                                 f"rerun `vlmpack scan --rescan`, then this stage")
+        raise _rows_differ(n)
     names = MEDIA_TYPES
     if other:  # a media type other than text/image/video/audio (rare): named in memory, as below the setting
         names, codes = _name_other_media(manifest, np.asarray(out["media_code"]))
@@ -362,32 +362,29 @@ def _write_id_store(work_dir, fingerprint: str) -> None:
             out.flush()
             os.fsync(out.fileno())
     if more or at != n:
-        raise StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
-                                 "rerun `vlmpack scan`, then this stage")
+        raise _rows_differ(n)
     offsets.flush()
     del offsets
-    _fsync(tmp / "ids.offsets.npy")
+    fsync_files([tmp / "ids.offsets.npy"])  # and the folder
     with open(tmp / "meta.json", "w") as handle:
         handle.write(json.dumps({"manifest_fingerprint": fingerprint, "n": n, "bytes": end_byte}, sort_keys=True))
         handle.flush()
         os.fsync(handle.fileno())
     shutil.rmtree(folder, ignore_errors=True)  # a stale store (another manifest's)
     os.rename(tmp, folder)
-    _fsync(work_dir)
+    fsync_files([folder])  # and work_dir, which holds the rename
+
+
+def _rows_differ(n: int) -> StaleArtifactError:
+    """The ok rows read are not the manifest's count of them (a load and the id store check it alike)."""
+    return StaleArtifactError(f"the manifest counts {n} ok samples but its ok rows differ (changed while read?): "
+                              "rerun `vlmpack scan --rescan`, then this stage")
 
 
 def remove_id_store(work_dir) -> None:
     """Delete ``ok-ids`` and a killed write's ``ok-ids.tmp`` (a write at or below the setting needs neither)."""
     for name in (IDS_DIR, f"{IDS_DIR}.tmp"):
         shutil.rmtree(Path(work_dir) / name, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
