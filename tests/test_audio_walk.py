@@ -12,12 +12,15 @@ byte of small clips flipped, one at a time.
 from __future__ import annotations
 
 import io
+import random
+import re
 
 import av
 import pytest
 from _audio_oracle import clips, decoded, probed
 
 from vlmpack_offline.media import audio as audio_module
+from vlmpack_offline.media import flac_walk
 from vlmpack_offline.media.audio import check_decodes, probe_audio
 from vlmpack_offline.media.audio_headers import _opus_samples, adts_frames, matroska_blocks
 from vlmpack_offline.media.flac_walk import flac_samples
@@ -323,3 +326,45 @@ def test_flac_a_damaged_frame_early_in_a_long_file_loses_samples_in_ffmpeg():
     damaged[int(start + 16 + (end - start - 18) * 0.3)] ^= 0xFF
     assert decoded(bytes(damaged)) == (44100 * 20 + 3 - 4608, 44100)
     assert flac_samples(bytes(damaged)) is None
+
+
+_BLOCK = flac_walk._SCAN
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, _BLOCK - 1, _BLOCK, _BLOCK + 1, 3 * _BLOCK + 7])
+def test_flac_sync_search_finds_every_frame_sync_a_regex_finds(size):
+    """The sync search (a block at a time, numpy compares and a memchr walk) finds exactly the offsets where
+    ``re`` finds 0xFF then 0xF8 or 0xF9, in random bytes with syncs planted densely, across every block boundary
+    (a sync's two bytes split between blocks, a sync in the last byte pair) and from any start offset."""
+    rng = random.Random(size)
+    data = bytearray(rng.randbytes(size))
+    planted = [*range(0, size - 1, 997), *(edge - 1 for edge in range(_BLOCK, size, _BLOCK))]
+    for at in [*planted, size - 2]:
+        if 0 <= at < size - 1:
+            data[at : at + 2] = bytes([0xFF, 0xF8 | rng.getrandbits(1)])
+    data = bytes(data)
+    for start in (0, 1, size // 2):
+        expected = [match.start() for match in re.finditer(rb"\xff[\xf8\xf9]", data[start:])]
+        assert flac_walk._syncs(data, start).tolist() == [start + at for at in expected]
+
+
+@pytest.mark.parametrize(
+    ("body", "dense"),
+    [(b"\xff\xf8" * 200_000, True), (b"\xff\xf9\x00" * 150_000, True), (None, False)],
+    ids=["a-sync-every-two-bytes", "every-three-bytes", "a-valid-header-every-16-bytes"],
+)
+def test_flac_hostile_syncs_are_declined_and_counted_by_the_pyav_path(body, dense):
+    """A hostile .flac whose body is frame syncs (more than frames of ``FLAC_MIN_FRAME_SIZE`` bytes could start:
+    the sync search gives up before reading them all) or one valid frame header over and over (every candidate
+    read, none a chain): the walk declines, and the probe's answer is the PyAV path's, the decoder's count or a
+    recorded drop, never a crash."""
+    good = encode_audio("flac", samples=44100, sample_rate=44100, channels=2)
+    start = next(match.start() for match in re.finditer(rb"\xff\xf8", good))
+    data = good[:start] + (body if body is not None else good[start : start + 16] * 30_000)
+    assert (flac_walk._syncs(data, start) is None) == dense
+    assert flac_samples(data) is None
+    got = probed(data, part="hostile.flac")
+    if isinstance(got, DropError):
+        assert got.reason in (Reason.CORRUPT_MEDIA, Reason.TRUNCATED_MEDIA)
+    else:
+        assert (got.samples, got.sample_rate) == decoded(data)

@@ -54,7 +54,9 @@ __all__ = ["FlacStream", "flac_samples"]
 
 _HEADER = 16  # MAX_FRAME_HEADER_SIZE: the bytes flac_parser.c hands ff_flac_decode_frame_header (zeros past EOF)
 _SEQUENTIAL = 4  # FLAC_MAX_SEQUENTIAL_HEADERS: the candidates after a header that score_header takes as its children
-_SCAN = 1 << 20  # bytes compared per block by the sync scan
+_SCAN = 1 << 18  # bytes compared per block by the sync scan: a block and its flags stay in L2
+_DENSEST = 8  # bytes per sync below which the walk declines (a frame is at least _MIN_FRAME bytes: no FLAC is denser)
+_CANDIDATES = 1 << 16  # candidate headers read at once (``_headers``): its temporaries stay a few MiB
 _MIN_FRAME = 10  # FLAC_MIN_FRAME_SIZE: a smaller packet decodes to nothing (flacdec.c)
 _METADATA_KNOWN = frozenset({0, 1, 2, 3, 4})  # STREAMINFO, PADDING, APPLICATION, SEEKTABLE, VORBIS_COMMENT
 # flac.c / flacdata.c tables, indexed by the header's codes
@@ -90,16 +92,34 @@ def _crc8_at(table: np.ndarray) -> np.ndarray:
 _CRC8_AT = _crc8_at(_crc8_table())
 
 
-def _syncs(data: bytes, start: int) -> np.ndarray:
+def _syncs(data: bytes, start: int) -> np.ndarray | None:
     """Every offset from ``start`` where the bytes read 0xFFF8 or 0xFFF9 (a frame header's 15 sync bits and its
-    blocking strategy bit): where flac_parser.c's ``find_headers_search`` calls ``find_headers_search_validate``."""
+    blocking strategy bit): where flac_parser.c's ``find_headers_search`` calls ``find_headers_search_validate``.
+    A block at a time (it stays in cache; no file-sized temporary to fault in), both bytes compared in numpy into a
+    flag buffer that ``bytearray.find`` (memchr) walks: a sync is about one byte pair in 30,000 in coded audio, so
+    the walk costs less than ``np.flatnonzero``'s pass over every flag. None past one sync in ``_DENSEST`` bytes
+    (no audio reads so; a hostile file's millions of candidates would cost the walk time and memory): declined."""
     buffer = np.frombuffer(data, dtype=np.uint8)
-    firsts, equal, ones = buffer[:-1], np.empty(_SCAN, dtype=bool), [np.zeros(0, dtype=np.int64)]
-    for at in range(start, len(firsts), _SCAN):  # a block at a time: no file-sized temporary to fault in
-        block = firsts[at : at + _SCAN]
-        ones.append(np.flatnonzero(np.equal(block, 0xFF, out=equal[: len(block)])) + at)
-    ones = np.concatenate(ones)
-    return ones[(buffer[ones + 1] & 0xFE) == 0xF8]
+    last = len(buffer) - 1  # the pair's first byte
+    densest = len(buffer) // _DENSEST + 1
+    flags = bytearray(min(_SCAN, max(last - start, 0)))
+    hit, second = np.frombuffer(flags, dtype=bool), np.empty(len(flags), dtype=np.uint8)
+    found, count = [np.zeros(0, dtype=np.int64)], 0
+    for at in range(start, last, _SCAN):
+        size = min(_SCAN, last - at)
+        np.equal(buffer[at : at + size], 0xFF, out=hit[:size])
+        np.bitwise_or(buffer[at + 1 : at + 1 + size], 1, out=second[:size])
+        hit[:size] &= second[:size] == 0xF9
+        block, offset = [], flags.find(1, 0, size)
+        while offset >= 0:
+            block.append(offset)
+            offset = flags.find(1, offset + 1, size)
+        if block:
+            count += len(block)
+            if count > densest:
+                return None
+            found.append(np.array(block, dtype=np.int64) + at)
+    return np.concatenate(found)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +150,10 @@ def flac_samples(data: bytes) -> FlacStream | None:
     if crc is None:
         return None
     data = data if isinstance(data, bytes) else bytes(data)  # the CRC reads the bytes object's own buffer
-    offsets, numbers, blocks, strategy = _headers(data, _syncs(data, info.start))
+    syncs = _syncs(data, info.start)
+    if syncs is None:
+        return None
+    offsets, numbers, blocks, strategy = _headers(data, syncs)
     if not len(offsets) or offsets[0] != info.start:
         return None
     first = strategy[0]
@@ -202,51 +225,65 @@ def _streaminfo(data: bytes) -> _StreamInfo | None:
 
 
 def _headers(data: bytes, at: np.ndarray):
+    """``_candidates`` over ``_CANDIDATES`` syncs at a time: memory bounded however dense the syncs."""
+    if len(at) <= _CANDIDATES:
+        return _candidates(data, at)
+    parts = [_candidates(data, at[i : i + _CANDIDATES]) for i in range(0, len(at), _CANDIDATES)]
+    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+
+
+def _candidates(data: bytes, at: np.ndarray):
     """The candidates at offsets ``at`` that ``ff_flac_decode_frame_header`` accepts: their offsets, frame (or
     sample) numbers, block sizes, and what the parser compares between headers (``check_header_fi_mismatch``):
     [variable-block-size bit, rate, sample bits, channels] per row (rate and bits 0: "from STREAMINFO"). Each candidate's
-    16 bytes are read at once (zeros past the end, as the parser pads the file's end); every field and the CRC-8
-    over the header's variable length are computed for all candidates together."""
+    16 bytes are read at once (zeros past the end, as the parser pads the file's end); the fixed fields of bytes 2-4
+    are checked first with one table look-up (``_FIXED_OK``: most 0xFFF8/9 pairs in coded audio fail there), then
+    every other field and the CRC-8 over the header's variable length for the rest, all candidates together."""
     size = len(data)
     if not len(at):
         return at, at, at, np.zeros((0, 4), dtype=np.int64)
-    buffer = np.frombuffer(data, dtype=np.uint8)
     index = at[:, None] + np.arange(_HEADER)
-    head = buffer[np.minimum(index, size - 1)].astype(np.int64)
-    head[index >= size] = 0
-    block_code, rate_code = head[:, 2] >> 4, head[:, 2] & 15
-    mode, bits_code = head[:, 3] >> 4, (head[:, 3] >> 1) & 7
-    first = head[:, 4]
-    width = _UTF8_WIDTH[first]
-    valid = (mode < 11) & (bits_code != 3) & (head[:, 3] & 1 == 0) & (block_code != 0) & (rate_code != 15)
-    valid &= width > 0
-    number = first & _UTF8_MASK[width]
-    for k in range(1, 6):
-        more = k < width
-        byte = head[:, 4 + k]
+    head = np.frombuffer(data, dtype=np.uint8).take(index, mode="clip").astype(np.int64)
+    if at[-1] > size - _HEADER:
+        head[index >= size] = 0
+    keep = np.flatnonzero(_FIXED_OK[head[:, 2], head[:, 3]] & (_UTF8_WIDTH[head[:, 4]] > 0))
+    at, head = at[keep], head[keep]
+    block_code, rate_code, bits_code = head[:, 2] >> 4, head[:, 2] & 15, (head[:, 3] >> 1) & 7
+    width = _UTF8_WIDTH[head[:, 4]]
+    number, valid = head[:, 4] & _UTF8_MASK[width], np.ones(len(at), dtype=bool)
+    for k in range(1, int(width.max(initial=1))):  # continuation bytes: only as many passes as the widest number
+        more, byte = k < width, head[:, 4 + k]
         valid &= ~more | (byte & 0xC0 == 0x80)
         number = np.where(more, (number << 6) | (byte & 0x3F), number)
     rows = np.arange(len(at))
     end = 4 + width  # the byte after the frame number
-    block = _BLOCK_SIZES[block_code]
-    explicit8, explicit16 = block_code == 6, block_code == 7
     at_end = np.minimum(end, _HEADER - 2)
-    block = np.where(explicit8, head[rows, at_end] + 1, block)
-    block = np.where(explicit16, (head[rows, at_end] << 8 | head[rows, at_end + 1]) + 1, block)
-    end = end + explicit8 + 2 * explicit16
+    after, after2 = head[rows, at_end], head[rows, at_end] << 8 | head[rows, at_end + 1]
+    block = np.where(block_code == 6, after + 1, np.where(block_code == 7, after2 + 1, _BLOCK_SIZES[block_code]))
+    end = end + (block_code == 6) + 2 * (block_code == 7)
     at_end = np.minimum(end, _HEADER - 2)
-    rate = _RATES[rate_code]
-    rate = np.where(rate_code == 12, head[rows, at_end] * 1000, rate)
-    rate = np.where(rate_code == 13, head[rows, at_end] << 8 | head[rows, at_end + 1], rate)
-    rate = np.where(rate_code == 14, (head[rows, at_end] << 8 | head[rows, at_end + 1]) * 10, rate)
+    after, after2 = head[rows, at_end], head[rows, at_end] << 8 | head[rows, at_end + 1]
+    rate = np.where(rate_code < 12, _RATES[rate_code], np.where(rate_code == 12, after * 1000, after2))
+    rate = np.where(rate_code == 14, after2 * 10, rate)
     end = end + (rate_code == 12) + 2 * (rate_code >= 13)  # the CRC-8 byte
-    keep = np.flatnonzero(valid)  # the CRC-8 only where every field reads
-    behind = end[keep, None] - np.arange(_HEADER)  # each byte's distance from the CRC-8 byte (< 0: past it)
-    terms = _CRC8_AT[np.maximum(behind, 0), head[keep]]
-    keep = keep[np.bitwise_xor.reduce(np.where(behind >= 0, terms, 0), axis=1) == 0]
-    channels = np.where(mode[keep] < 8, mode[keep] + 1, 2)
+    behind = end[:, None] - np.arange(_HEADER)  # each byte's distance from the CRC-8 byte (< 0: past it)
+    terms = _CRC8_AT[np.maximum(behind, 0), head]
+    keep = np.flatnonzero(valid & (np.bitwise_xor.reduce(np.where(behind >= 0, terms, 0), axis=1) == 0))
+    mode = head[keep, 3] >> 4
+    channels = np.where(mode < 8, mode + 1, 2)
     strategy = np.stack([head[keep, 1] & 1, rate[keep], _SAMPLE_BITS[bits_code[keep]], channels], axis=1)
     return at[keep], number[keep], block[keep], strategy
+
+
+def _fixed_ok() -> np.ndarray:
+    """``[byte 2, byte 3]``: whether a header's fixed fields read (flac.c ``ff_flac_decode_frame_header``): a block
+    size code other than 0, a rate code other than 15, a channel mode below 11, a sample size code other than 3,
+    the reserved bit clear."""
+    two, three = np.arange(256)[:, None], np.arange(256)[None, :]
+    return (two >> 4 != 0) & (two & 15 != 15) & (three >> 4 < 11) & ((three >> 1) & 7 != 3) & (three & 1 == 0)
+
+
+_FIXED_OK = _fixed_ok()
 
 
 def _crc16():
