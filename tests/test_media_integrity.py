@@ -100,6 +100,23 @@ def test_a_damaged_file_that_is_not_cut_is_corrupt_media():
     assert _verdict(bytes(gif)).reason is Reason.CORRUPT_MEDIA
 
 
+@pytest.mark.parametrize("name", sorted(n for n in IMAGES if n.endswith(".jpg")))  # (an MPO: its index would move)
+@pytest.mark.parametrize("between", [b"\xff", b"\xff\xff\xff", b"\x00\x17"], ids=["fill", "fills", "stray"])
+def test_fill_and_stray_bytes_before_a_marker_are_walked_past(name, between):
+    """JPEG lets fill bytes (FF) precede a marker, and PIL skips stray bytes before one: the walk finds the
+    marker after them too, as PIL's full decode reads the file (the walk reads a marker that starts right where
+    the previous segment ends without a search; these bytes make it search there)."""
+    data = IMAGES[name]
+    starts, at = {}, 2  # each header segment's start by code, walked by the lengths (an EXIF thumbnail's markers
+    while data[at + 1] != 0xDA:  # sit inside APP1)
+        starts.setdefault(data[at + 1], at)
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    for where in (starts[0xDB], starts[0xC4], at):  # the first DQT and DHT, and SOS
+        changed = data[:where] + between + data[where:]
+        assert pil_decodes(changed) == pil_decodes(data)
+        assert check_image(changed, part=name) == "JPEG"
+
+
 def test_an_mpo_is_walked_through_every_image_its_index_lists():
     """Cut inside the second or third image: PIL fails on that frame, the walk on that image; the index's
     sizes are not what the walk trusts (PIL's own writer records a wrong size for the last image)."""

@@ -28,6 +28,7 @@ the installed transformers' own default applies (a probe of ``Qwen3VLVideoProces
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,18 +63,21 @@ def grid_thw(rules: ModelRules, media: MediaInfo, *, part: str = "") -> tuple[in
             s.resized_width // rules.patch_size,
         )
     try:
-        height, width = _smart_resize()(
-            media.height,
-            media.width,
-            factor=rules.factor,
-            min_pixels=rules.min_pixels,
-            max_pixels=rules.max_pixels,
-        )
+        return _image_grid(media.height, media.width, rules.factor, rules.min_pixels, rules.max_pixels,
+                           rules.patch_size)  # fmt: skip
     except ValueError as exc:  # transformers refuses aspect ratios past 200:1
         raise DropError(
             Reason.UNSUPPORTED_ASPECT, f"{part or 'image'}: {exc} ({media.width}x{media.height})"
         ) from None
-    return 1, height // rules.patch_size, width // rules.patch_size
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: a scan meets many sizes; a refusal (ValueError) is not kept
+def _image_grid(height: int, width: int, factor: int, min_pixels: int, max_pixels: int,
+                patch_size: int) -> tuple[int, int, int]:  # fmt: skip
+    """An image's grid, kept: the scan asks for it twice per image (``QwenFamily.check`` at probe time, then
+    ``replacement_size`` when counting), and ``smart_resize`` depends on these numbers alone."""
+    height, width = _smart_resize()(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    return 1, height // patch_size, width // patch_size
 
 
 def media_token_count(rules: ModelRules, media: MediaInfo) -> int:

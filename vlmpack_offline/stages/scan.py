@@ -293,24 +293,32 @@ def _outcomes(config: Config, tasks: list[ShardTask]):
         gc.unfreeze()  # init_worker froze this process's start-up objects (one worker, or before the pool forked)
 
 
+_JSONL_QUERY = ("SELECT id, status, media_type, token_len, media_tokens, encoder_patches, encoder_attention, "
+                "audio_frames, audio_attention, error, unused_media FROM samples ORDER BY shard, seq")
+
+
 def _write_jsonl(manifest: Manifest, path: Path) -> None:
+    """One JSON line per sample in (shard, seq) order, from the columns it reports (no sample record built, no
+    members parsed), by one encoder (``json.dumps`` with an option builds a new one per call)."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
     with atomic_open(path, "w") as handle:
-        for s in manifest.iter_samples():
+        for (sample_id, status, media_type, token_len, media_tokens, patches, attention, frames, audio_attention,
+             error, unused) in manifest.select_samples(_JSONL_QUERY):  # fmt: skip
             row = {
-                "id": s.id,
-                "status": s.status,
-                "media_type": s.media_type,
-                "token_len": s.token_len,
-                "media_tokens": s.media_tokens,
-                "encoder_patches": s.encoder_patches,
-                "encoder_attention": s.encoder_attention,
-                "audio_frames": s.audio_frames,
-                "audio_attention": s.audio_attention,
-                "reason": None if s.status == "ok" else s.status,
-                "error": s.error,
-                "unused_media": s.unused_media,
+                "id": sample_id,
+                "status": status,
+                "media_type": media_type,
+                "token_len": token_len,
+                "media_tokens": media_tokens,
+                "encoder_patches": patches,
+                "encoder_attention": attention,
+                "audio_frames": frames,
+                "audio_attention": audio_attention,
+                "reason": None if status == "ok" else status,
+                "error": error,
+                "unused_media": unused,
             }
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            handle.write(encode(row) + "\n")
 
 
 def _summary(manifest: Manifest, counts: dict[str, int], seconds: float,
