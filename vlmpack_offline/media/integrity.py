@@ -34,7 +34,7 @@ __all__ = ["check_image", "check_jpeg", "check_png", "check_webp", "check_gif", 
 # FF then a marker code: not 00 (a stuffed FF data byte), D0-D7 (restart markers inside the entropy-coded data)
 # or FF (fill bytes before a marker)
 _JPEG_MARKER = re.compile(rb"\xff[\x01-\xcf\xd8-\xfe]")
-_MARKER_CODE = bytes(0x01 <= c <= 0xCF or 0xD8 <= c <= 0xFE for c in range(256))  # the same codes, by lookup
+_MARKER_CODE = bytes(_JPEG_MARKER.fullmatch(bytes([0xFF, c])) is not None for c in range(256))  # by lookup
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
