@@ -116,17 +116,19 @@ def _flac_passes(data: bytes, repeat: int) -> tuple[float, float, float, int]:
     """(probe, sync search, CRC-16s: min seconds each, frames) of ``flac_walk`` on a clip it reads, the three timed
     in turn in each round (a machine whose speed drifts shifts all three alike)."""
     info = flac_walk._streaminfo(data)
-    offsets = flac_walk._headers(data, flac_walk._syncs(data, info.start))[0]
+    offsets, _, _, strategy = flac_walk._headers(data, flac_walk._syncs(data, info.start))
+    offsets = offsets[np.all(strategy == strategy[0], axis=1)]  # the frames, as flac_samples keeps them
     ends = np.append(offsets[1:], len(data))
     spans = flac_walk._crc16()(data)
     parts = (lambda: probe_audio(data, part="clip"), lambda: flac_walk._syncs(data, info.start),
              lambda: list(spans(offsets, ends)))  # fmt: skip
     best = [float("inf")] * len(parts)
-    for _ in range(repeat + 1):  # the first round warms up
+    for round_ in range(repeat + 1):  # round 0 warms up
         for index, part in enumerate(parts):
             start = time.perf_counter()
             part()
-            best[index] = min(best[index], time.perf_counter() - start) if _ else best[index]
+            if round_:
+                best[index] = min(best[index], time.perf_counter() - start)
     return best[0], best[1], best[2], len(offsets)
 
 
