@@ -22,9 +22,8 @@ as soon as a scan knows it has work (``stages/scan.run``); ``load_counting_token
 (waiting for it, and failing over exactly as a read in place does). Measured on ``benchmarks/bench_scan.py``'s end
 to end, five alternating pairs with and without it: 0.17 s less wall time (medians), the same CPU seconds; on a
 slower machine, no difference either way (``benchmarks/bench_tokenizer.py``: the GIL is free for 6-13% of the
-read there; docs/performance.md). A fork
-waits for every read in flight first (``os.register_at_fork``), so a forked worker never holds a half-read
-tokenizer.
+read there; docs/performance.md). A fork waits for every read in flight first (``os.register_at_fork``), so a
+forked worker never holds a half-read tokenizer.
 
 Cache: ``$VLMPACK_CACHE_DIR`` else ``~/.cache/vlmpack``, ``tokenizers/<key>/`` (the proof cache's root).
 """
