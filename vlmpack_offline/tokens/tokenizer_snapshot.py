@@ -21,7 +21,7 @@ hashing the processor folder) where the GIL is free. So ``prefetch_counting_toke
 as soon as a scan knows it has work (``stages/scan.run``); ``load_counting_tokenizer`` takes the thread's result
 (waiting for it, and failing over exactly as a read in place does). Measured on ``benchmarks/bench_scan.py``'s end
 to end, five alternating pairs with and without it: 0.17 s less wall time (medians), the same CPU seconds; on a
-slower machine, no difference either way (``benchmarks/bench_tokenizer.py``: the GIL is free for 6-13% of the
+slower machine, no difference either way (``benchmarks/bench_tokenizer.py``: the GIL is free for 6-25% of the
 read there; docs/performance.md). A fork waits for every read in flight first (``os.register_at_fork``), so a
 forked worker never holds a half-read tokenizer.
 
