@@ -96,6 +96,17 @@ MODULE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma3", "i
 GENERIC_FAMILIES = tuple(sorted(t for t in FOLDER_MODULES if t not in FAST_FAMILIES))  # folders the suite builds
 
 _WORDS = "the a cat dog red blue image shows sits near table window tree river city street car bird".split()
+IMAGES_PER_SAMPLE = (1, 1, 2)  # make_shards draws a sample's image count from these
+
+
+def question(rng: random.Random) -> str:
+    """A sample's question text: 5-40 words of ``_WORDS``."""
+    return " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))
+
+
+def answer(rng: random.Random) -> str:
+    """A sample's answer text: 5-80 words of ``_WORDS``."""
+    return " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))
 
 
 def make_shards(root: Path, n_samples: int, n_shards: int, seed: int = 0) -> list[Path]:
@@ -103,15 +114,14 @@ def make_shards(root: Path, n_samples: int, n_shards: int, seed: int = 0) -> lis
     rng = random.Random(seed)
     per_shard: list[list[SyntheticSample]] = [[] for _ in range(n_shards)]
     for index in range(n_samples):
-        n_images = rng.choice((1, 1, 2))
+        n_images = rng.choice(IMAGES_PER_SAMPLE)
         media = {
             f"img{i}.jpg": image_bytes(rng.randint(300, 1500), rng.randint(300, 1500), seed=index * 7 + i)
             for i in range(n_images)
         }
         user = [{"type": "image", "image": part} for part in media]
-        user.append({"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))})
-        answer = " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))
-        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        user.append({"type": "text", "text": question(rng)})
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer(rng)}]
         per_shard[index % n_shards].append(
             SyntheticSample(key=f"s{index:06d}", json={"messages": messages}, media=media)
         )
@@ -274,9 +284,8 @@ def make_mixed_shards(root: Path, n_samples: int, n_shards: int, seed: int = 0) 
                                             rng.choice((96, 128, 160)), seed=index)  # fmt: skip
         user = [{"type": "image" if part.endswith(".jpg") else "video",
                  "image" if part.endswith(".jpg") else "video": part} for part in media]  # fmt: skip
-        user.append({"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))})
-        answer = " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))
-        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        user.append({"type": "text", "text": question(rng)})
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer(rng)}]
         per_shard[index % n_shards].append(SyntheticSample(key=f"s{index:06d}", json={"messages": messages}, media=media))
     return [write_shard(root / f"shard-{n:06d}.tar", samples) for n, samples in enumerate(per_shard)]
 

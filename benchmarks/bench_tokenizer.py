@@ -20,8 +20,8 @@ against the model's) before it is timed; one that does not is reported and not t
 
     GIL free during the load  a thread runs ``from_file`` while this one counts loop turns; the rate of
                               counting against counting alone (100%: the load never holds the GIL)
-    encoding                  ``--samples`` texts shaped as bench_scan.py's (one or two images, a 5-40 word
-                              question, a 5-80 word answer, its word list) rendered with the folder's chat
+    encoding                  ``--samples`` texts shaped as bench_scan.py's (its image counts, question and
+                              answer texts: ``IMAGES_PER_SAMPLE``, ``question``, ``answer``) rendered with the folder's chat
                               template, encoded as the scan encodes them (the snapshot's call), per sample and
                               per token
 
@@ -46,7 +46,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_scan import _WORDS  # the same word list as the scan benchmark's samples
+import tokenizers
+from bench_scan import IMAGES_PER_SAMPLE, answer, question  # the scan benchmark's own sample texts
 
 from vlmpack_offline.synthetic.processor_dir import build_processor_dir
 from vlmpack_offline.tokens.spans import ChatRenderer
@@ -149,14 +150,14 @@ def gil_free_share(path: Path, repeat: int) -> list[float]:
 
 
 def texts(renderer: ChatRenderer, samples: int, seed: int = 0) -> list[str]:
-    """bench_scan.py's sample shapes, rendered with one pad per image (what the scan tokenizes)."""
+    """bench_scan.py's sample shapes (its image counts, question and answer texts), rendered with one pad per image
+    (what the scan tokenizes)."""
     rng = random.Random(seed)
     conversations = []
     for _ in range(samples):
-        user = [{"type": "image"} for _ in range(rng.choice((1, 1, 2)))]
-        user.append({"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 40)))})
-        answer = [{"type": "text", "text": " ".join(rng.choices(_WORDS, k=rng.randint(5, 80)))}]
-        conversations.append([{"role": "user", "content": user}, {"role": "assistant", "content": answer}])
+        user = [{"type": "image"} for _ in range(rng.choice(IMAGES_PER_SAMPLE))]
+        user.append({"type": "text", "text": question(rng)})
+        conversations.append([{"role": "user", "content": user}, {"role": "assistant", "content": answer(rng)}])
     return renderer.render_many(conversations)
 
 
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             passes.append(time.process_time() - start)
     print("command:", shlex.join(["python", "benchmarks/bench_tokenizer.py", *(sys.argv[1:] if argv is None else argv)]))
     print(f"{args.family}: vocabulary {snapshot.backend.get_vocab_size(with_added_tokens=True):,} entries; "
-          f"tokenizers {__import__('tokenizers').__version__}; RAYON_NUM_THREADS={os.environ.get('RAYON_NUM_THREADS', '-')}")
+          f"tokenizers {tokenizers.__version__}; RAYON_NUM_THREADS={os.environ.get('RAYON_NUM_THREADS', '-')}")
     print(f"load, wall ms min / median / max of {args.repeat} (forms alternating):")
     for name, values in loads.items():
         print(f"  {name:26s} {_spread(values)}")
