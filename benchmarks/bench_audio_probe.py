@@ -12,9 +12,9 @@ times, in the same run, FLAC's PyAV path (``flac_walk`` switched off: what every
 the walk answered; ``--wav-reference`` the same for WAV (``wav_header`` switched off: the PyAV path every .wav took
 before it); ``--mp4-reference`` the same for m4a / alac (``mp4_audio`` switched off: the PyAV path every MP4 took
 before it). ``--flac-parts`` also times, in the same run, the two passes over every byte an exact FLAC count needs
-(``flac_walk``'s sync search, and the CRC-16 of every frame through libavutil's ``av_crc``), against the 50x
-budget ((decode + features) / 50): what no rearrangement of the rest of the walk can go below. Never exits
-non-zero on speed.
+(``flac_walk``'s sync search with the headers' decoding, and the CRC-16 of every frame through libavutil's
+``av_crc``: compiled where ``_flac_scan`` was built) against the 50x budget ((decode + features) / 50), and the
+probe with those passes in numpy and ctypes, as where the module was not built. Never exits non-zero on speed.
 """
 
 from __future__ import annotations
@@ -105,23 +105,36 @@ def main() -> None:
         print(f"# {container} {seconds:g} s: read without PyAV: {walked}; probe {probe[0] * 1e3:.2f} / "
               f"{probe[1] * 1e3:.2f} ms, PyAV path {pyav[0] * 1e3:.2f} / {pyav[1] * 1e3:.2f} ms (min / median, same "
               "run)")  # fmt: skip
-    for seconds, (probe, syncs, crcs, frames), budget in parts:
-        print(f"# flac {seconds:g} s, min of rounds alternating: probe {probe * 1e3:.2f} ms, of it the passes over "
-              f"every byte: sync search {syncs * 1e3:.2f} ms, CRC-16 of {frames} frames {crcs * 1e3:.2f} ms "
-              f"({100 * (syncs + crcs) / probe:.0f}%); those two alone are {100 * (syncs + crcs) / budget:.0f}% of the "
-              f"50x budget ({budget * 1e3:.2f} ms: decode + features min / 50)")  # fmt: skip
+    built = "compiled" if flac_walk._flac_scan is not None else "numpy: _flac_scan not built"
+    for seconds, (probe, found, crcs, numpy_probe, frames), budget in parts:
+        print(f"# flac {seconds:g} s, min of rounds alternating: probe {probe * 1e3:.2f} ms ({built}; with numpy's "
+              f"passes {numpy_probe * 1e3:.2f} ms), of it the passes over every byte: candidates {found * 1e3:.2f} ms, "
+              f"CRC-16 of {frames} frames {crcs * 1e3:.2f} ms ({100 * (found + crcs) / probe:.0f}%); those two are "
+              f"{100 * (found + crcs) / budget:.0f}% of the 50x budget ({budget * 1e3:.2f} ms: decode + features min "
+              "/ 50)")  # fmt: skip
 
 
-def _flac_passes(data: bytes, repeat: int) -> tuple[float, float, float, int]:
-    """(probe, sync search, CRC-16s: min seconds each, frames) of ``flac_walk`` on a clip it reads, the three timed
-    in turn in each round (a machine whose speed drifts shifts all three alike)."""
+def _flac_passes(data: bytes, repeat: int) -> tuple[float, float, float, float, int]:
+    """(probe, candidates, CRC-16s, probe with numpy's passes: min seconds each, frames) of ``flac_walk`` on a clip it
+    reads, the four timed in turn in each round (a machine whose speed drifts shifts all alike). The candidates pass
+    is the sync search and the headers' decoding (``_scan``), the CRC-16s every frame's through ``av_crc``: compiled
+    where ``_flac_scan`` was built; the last probe runs them in numpy and ctypes, as where it was not."""
     info = flac_walk._streaminfo(data)
-    offsets, _, _, strategy = flac_walk._headers(data, flac_walk._syncs(data, info.start))
+    offsets, _, _, strategy = flac_walk._scan(data, info.start)
     offsets = offsets[np.all(strategy == strategy[0], axis=1)]  # the frames, as flac_samples keeps them
     ends = np.append(offsets[1:], len(data))
     spans = flac_walk._crc16()(data)
-    parts = (lambda: probe_audio(data, part="clip"), lambda: flac_walk._syncs(data, info.start),
-             lambda: list(spans(offsets, ends)))  # fmt: skip
+
+    def numpy_probe() -> None:
+        built, loaded = flac_walk._flac_scan, flac_walk._CRC
+        flac_walk._flac_scan = flac_walk._CRC = None
+        try:
+            probe_audio(data, part="clip")
+        finally:
+            flac_walk._flac_scan, flac_walk._CRC = built, loaded
+
+    parts = (lambda: probe_audio(data, part="clip"), lambda: flac_walk._scan(data, info.start),
+             lambda: spans(offsets, ends), numpy_probe)  # fmt: skip
     best = [float("inf")] * len(parts)
     for round_ in range(repeat + 1):  # round 0 warms up
         for index, part in enumerate(parts):
@@ -129,7 +142,7 @@ def _flac_passes(data: bytes, repeat: int) -> tuple[float, float, float, int]:
             part()
             if round_:
                 best[index] = min(best[index], time.perf_counter() - start)
-    return best[0], best[1], best[2], len(offsets)
+    return best[0], best[1], best[2], best[3], len(offsets)
 
 
 def _pyav_path(data: bytes, repeat: int, reader: str) -> tuple[float, float]:

@@ -16,6 +16,7 @@ import random
 import re
 
 import av
+import numpy as np
 import pytest
 from _audio_oracle import clips, decoded, probed
 
@@ -201,6 +202,19 @@ def test_a_damaged_byte_is_never_counted_differently_from_the_decode(container, 
     assert not wrong, wrong
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def flac_passes(request, monkeypatch):
+    """``flac_walk``'s passes over every byte as the install built them (``_flac_scan``: the sync search, the headers
+    and the CRC-16s in C) and as numpy and ctypes run them where it was not built: each must give the decoder's
+    count. The compiled case skips where no C compiler built the module."""
+    if request.param == "numpy":
+        monkeypatch.setattr(flac_walk, "_flac_scan", None)
+    elif flac_walk._flac_scan is None:
+        pytest.skip("vlmpack_offline.media._flac_scan was not built (no C compiler at install): numpy runs the passes")
+    monkeypatch.setattr(flac_walk, "_CRC", None)  # loaded again, for this path
+    return request.param
+
+
 def test_flac_frames_are_counted_from_their_headers_without_pyav(no_pyav_container):
     """Every rate, mono and stereo, one sample to 3 s: a plain .flac file's count is the decoder's, proven from
     STREAMINFO, the frame headers FFmpeg's parser finds and their CRC-16s, without opening the file in PyAV."""
@@ -216,7 +230,7 @@ def test_flac_frames_are_counted_from_their_headers_without_pyav(no_pyav_contain
     assert not wrong, wrong
 
 
-def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(no_pyav_container):
+def test_flac_candidate_header_inside_a_frame_is_scored_away_as_ffmpeg_does(no_pyav_container, flac_passes):
     """This clip (8 s of the synthetic signal at 48 kHz, seed 28) holds bytes inside frame 61 that read as a valid
     frame header (sync, codes, frame number 5, CRC-8) for 4 channels of 20 bits at 16 kHz: FFmpeg's parser finds it,
     penalises every link to it (its rate, sample size and channels differ from the frames around it) and hands out
@@ -298,7 +312,7 @@ def _frame_damage(data: bytes, start: int, end: int):
         (44100, 2, 44100 * 10 + 3),  # 108 frames
     ],
 )
-def test_flac_damage_at_every_frame_position_is_the_decoders_count_or_declined(rate, channels, samples):
+def test_flac_damage_at_every_frame_position_is_the_decoders_count_or_declined(rate, channels, samples, flac_passes):
     """Damage (``_frame_damage``) to the first frames, one in the middle and the last four: wherever it is, the walk
     gives exactly the samples PyAV's decoder yields from the damaged file, or declines (the PyAV path decides).
     FFmpeg's parser reads frames' CRC-16s all through the file (not only in its end-of-stream window) and its
@@ -317,7 +331,7 @@ def test_flac_damage_at_every_frame_position_is_the_decoders_count_or_declined(r
     assert not wrong, wrong
 
 
-def test_flac_a_damaged_frame_early_in_a_long_file_loses_samples_in_ffmpeg():
+def test_flac_a_damaged_frame_early_in_a_long_file_loses_samples_in_ffmpeg(flac_passes):
     """Why the walk reads every frame's CRC-16, not only the last few frames': one byte flipped in frame 2 of 192
     (20 s at 44.1 kHz) makes FFmpeg's parser and decoder hand out a frame less, so the walk must decline there."""
     data = encode_audio("flac", samples=44100 * 20 + 3, sample_rate=44100, channels=2, seed=5)
@@ -353,7 +367,7 @@ def test_flac_sync_search_finds_every_frame_sync_a_regex_finds(size):
     [(b"\xff\xf8" * 200_000, True), (b"\xff\xf9\x00" * 150_000, True), (None, False)],
     ids=["a-sync-every-two-bytes", "every-three-bytes", "a-valid-header-every-16-bytes"],
 )
-def test_flac_hostile_syncs_are_declined_and_counted_by_the_pyav_path(body, dense):
+def test_flac_hostile_syncs_are_declined_and_counted_by_the_pyav_path(body, dense, flac_passes):
     """A hostile .flac whose body is frame syncs (more than frames of ``FLAC_MIN_FRAME_SIZE`` bytes could start:
     the sync search gives up before reading them all) or one valid frame header over and over (every candidate
     read, none a chain): the walk declines, and the probe's answer is the PyAV path's, the decoder's count or a
@@ -362,9 +376,119 @@ def test_flac_hostile_syncs_are_declined_and_counted_by_the_pyav_path(body, dens
     start = flac_walk._streaminfo(good).start  # frame 0
     data = good[:start] + (body if body is not None else good[start : start + 16] * 30_000)
     assert (flac_walk._syncs(data, start) is None) == dense
+    assert (flac_walk._scan(data, start) is None) == dense
     assert flac_samples(data) is None
     got = probed(data, part="hostile.flac")
     if isinstance(got, DropError):
         assert got.reason in (Reason.CORRUPT_MEDIA, Reason.TRUNCATED_MEDIA)
     else:
         assert (got.samples, got.sample_rate) == decoded(data)
+
+
+def _numpy_candidates(data: bytes, start: int):
+    syncs = flac_walk._syncs(data, start)
+    return None if syncs is None else flac_walk._headers(data, syncs)
+
+
+def _crc8(data: bytes) -> int:
+    """CRC-8 with polynomial 0x07, MSB first, initial value 0: a FLAC frame header's."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def _random_header(rng: random.Random) -> bytes:
+    """A frame header written from random fields (RFC 9639 9.1) and sealed with its CRC-8: every block size and rate
+    code with the bytes they add, every channel and sample size code, frame numbers of 1 to 7 bytes; now and then
+    the reserved bit set, a broken continuation byte or a wrong CRC-8."""
+    block_code, rate_code = rng.randrange(16), rng.randrange(16)
+    head = bytearray([0xFF, 0xF8 | rng.getrandbits(1), block_code << 4 | rate_code,
+                      rng.randrange(16) << 4 | rng.randrange(8) << 1 | (rng.random() < 0.05)])  # fmt: skip
+    width = rng.randrange(1, 8)
+    bits = (0, 7, 5, 4, 3, 2, 1, 0)[width]
+    head.append((0x00, 0x00, 0xC0, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE)[width] | rng.getrandbits(bits))
+    for _ in range(width - 1):
+        head.append(0x80 | rng.getrandbits(6) if rng.random() > 0.05 else rng.randrange(256))
+    head += rng.randbytes({6: 1, 7: 2}.get(block_code, 0) + {12: 1, 13: 2, 14: 2}.get(rate_code, 0))
+    head.append(_crc8(head) ^ (rng.random() < 0.05))
+    return bytes(head)
+
+
+def _planted_files(seed: int, count: int):
+    """Random bytes of 0-4,000 (any start offset) with frame headers planted: real headers of a FLAC clip whole or
+    with one byte changed, headers written from random fields (``_random_header``), any of them cut by the file's
+    end, and bare 0xFF 0xF8 / 0xF9 / 0xFF pairs."""
+    rng = random.Random(seed)
+    clip = encode_audio("flac", samples=44100 * 3, sample_rate=44100, channels=2)
+    headers = [clip[at : at + 16] for at in flac_walk._headers(clip, flac_walk._syncs(clip, 0))[0]]
+    for _ in range(count):
+        size = rng.randrange(4000)
+        data = bytearray(rng.randbytes(size))
+        for _ in range(rng.randrange(40) if size > 1 else 0):
+            at, kind = rng.randrange(size - 1), rng.randrange(4)
+            if kind < 3:
+                header = bytearray(rng.choice(headers) if kind < 2 else _random_header(rng))
+                if kind == 1:
+                    header[rng.randrange(2, 16)] = rng.randrange(256)
+                data[at : at + len(header)] = header[: size - at]
+            else:
+                data[at : at + 2] = bytes([0xFF, rng.choice([0xF8, 0xF9, 0xFF])])
+        yield bytes(data[:size]), rng.randrange(max(size, 1))
+
+
+def test_flac_compiled_candidates_are_numpys():
+    """``_flac_scan.candidates`` (memchr for the syncs, each header decoded in C) reads exactly the candidates numpy's
+    ``_headers(_syncs(...))`` reads (offsets, frame numbers, block sizes, rate / bits / channels / blocking): in
+    2,000 random files with real, altered, random-field and cut headers planted, for every value of every byte of a real header
+    (whole, and cut right after that byte), and in whole clips of 10 s and a minute; and declines (None) the same
+    hostile density."""
+    if flac_walk._flac_scan is None:
+        pytest.skip("vlmpack_offline.media._flac_scan was not built (no C compiler at install)")
+
+    def same(data: bytes, start: int) -> bool:
+        compiled, numpy = flac_walk._scan(data, start), _numpy_candidates(data, start)
+        if compiled is None or numpy is None:
+            return compiled is None and numpy is None
+        return all(a.tolist() == b.tolist() for a, b in zip(compiled, numpy, strict=True))
+
+    decoded_headers = 0
+    for data, start in _planted_files(seed=7, count=2000):
+        assert same(data, start), (data, start)
+        found = flac_walk._scan(data, start)
+        decoded_headers += 0 if found is None else len(found[0])
+    assert decoded_headers > 5000  # the planted headers are read, not only refused
+    clip = encode_audio("flac", samples=44100 * 3, sample_rate=44100, channels=2)
+    header = clip[flac_walk._streaminfo(clip).start :][:16]
+    for position in range(2, 16):
+        for value in range(256):
+            altered = bytearray(header)
+            altered[position] = value
+            assert same(bytes(5) + altered + bytes(3), 0), (position, value)
+            assert same(bytes(5) + altered[: position + 1], 0), (position, value, "cut")
+    for seconds in (10, 60):
+        data = encode_audio("flac", samples=44100 * seconds, sample_rate=44100, channels=2)
+        assert same(data, flac_walk._streaminfo(data).start)
+    assert same(b"\xff\xf8" * 10_000, 0) and flac_walk._scan(b"\xff\xf8" * 10_000, 0) is None
+
+
+def test_flac_compiled_crc16s_are_ctypes_av_crc(monkeypatch):
+    """``_flac_scan.crc_spans`` (every span in one call of libavutil's ``av_crc``) gives each span's value as the
+    ctypes call per span does, empty spans and the whole file included, and refuses a span outside the data."""
+    if flac_walk._flac_scan is None:
+        pytest.skip("vlmpack_offline.media._flac_scan was not built (no C compiler at install)")
+    data = encode_audio("flac", samples=44100 * 2, sample_rate=44100, channels=2)
+    rng = random.Random(3)
+    starts = np.array([rng.randrange(len(data)) for _ in range(500)] + [0, 0, len(data)], dtype=np.int64)
+    ends = np.array([min(len(data), s + rng.randrange(20_000)) for s in starts[:500]] + [len(data), 0, len(data)])
+    monkeypatch.setattr(flac_walk, "_CRC", None)
+    compiled = flac_walk._crc16()(data)
+    monkeypatch.setattr(flac_walk, "_CRC", None)
+    monkeypatch.setattr(flac_walk, "_flac_scan", None)
+    per_span = flac_walk._crc16()(data)
+    assert compiled(starts, ends).tolist() == per_span(starts, ends).tolist()
+    assert compiled(starts, ends).any() and not compiled(starts, ends)[-1]
+    with pytest.raises(ValueError, match="outside the data"):
+        compiled(np.array([0]), np.array([len(data) + 1]))

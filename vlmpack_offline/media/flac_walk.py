@@ -44,11 +44,15 @@ packet, the last frames decoded after a seek) decides, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
+
+try:  # the two passes over every byte, compiled (_flac_scan.c); where it was not built, numpy and ctypes do them
+    from . import _flac_scan
+except ImportError:
+    _flac_scan = None
 
 __all__ = ["FlacStream", "flac_samples"]
 
@@ -150,10 +154,10 @@ def flac_samples(data: bytes) -> FlacStream | None:
     if crc is None:
         return None
     data = data if isinstance(data, bytes) else bytes(data)  # the CRC reads the bytes object's own buffer
-    syncs = _syncs(data, info.start)
-    if syncs is None:
+    found = _scan(data, info.start)
+    if found is None:
         return None
-    offsets, numbers, blocks, strategy = _headers(data, syncs)
+    offsets, numbers, blocks, strategy = found
     if not len(offsets) or offsets[0] != info.start:
         return None
     first = strategy[0]
@@ -173,13 +177,27 @@ def flac_samples(data: bytes) -> FlacStream | None:
     if np.any(ends - offsets < _MIN_FRAME) or not _outscored(offsets, others):
         return None
     spans = crc(data)
-    if any(spans(offsets, ends)):
+    if spans(offsets, ends).any():
         return None  # a damaged frame: the parser drops it or merges it (its samples lost)
     if len(others):  # a link over a penalised candidate is CRC-checked on one side of it, "inverted": penalised
         inside = np.searchsorted(offsets, others) - 1  # when that side checks out (check_header_mismatch)
-        if not all(spans(offsets[inside], others)) or not all(spans(others, ends[inside])):
+        if not spans(offsets[inside], others).all() or not spans(others, ends[inside]).all():
             return None
     return FlacStream(samples=info.total, sample_rate=info.rate, channels=info.channels)
+
+
+def _scan(data: bytes, start: int):
+    """(offsets, numbers, blocks, strategy) of every candidate header from ``start`` (``_headers`` of ``_syncs``), None
+    where the syncs are too dense (``_syncs``). Where ``_flac_scan`` was built, one compiled pass does both (memchr
+    for 0xFF, then each header decoded as ``_candidates`` does); else numpy, a few passes over every byte."""
+    if _flac_scan is None:
+        syncs = _syncs(data, start)
+        return None if syncs is None else _headers(data, syncs)
+    found = _flac_scan.candidates(data, start, len(data) // _DENSEST + 1)
+    if found is None:
+        return None
+    rows = np.frombuffer(found, dtype=np.int64).reshape(-1, 7)  # offset, number, block, then the strategy's 4
+    return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
 
 
 def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
@@ -289,8 +307,9 @@ _FIXED_OK = _fixed_ok()
 def _crc16():
     """FFmpeg's own ``av_crc`` with its AV_CRC_16_ANSI table (polynomial 0x8005: the FLAC frame footer's CRC-16,
     what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded, as ``crc(data)(starts, ends)``: per
-    span, 0 when ``data[start:end]`` ends with its own CRC-16. None where that library is not found (then the PyAV path counts).
-    Called through ctypes on the bytes object's own buffer: nothing is copied."""
+    span, 0 when ``data[start:end]`` ends with its own CRC-16 (a uint32 array). None where that library is not found
+    (then the PyAV path counts). Called on the bytes object's own buffer, nothing copied: every span in one call of
+    ``_flac_scan`` where it was built, else one ctypes call per span."""
     global _CRC
     if _CRC is None:
         _CRC = _load_crc16() or False
@@ -322,12 +341,25 @@ def _load_crc16():
     if not table or library.av_crc(table, 0, ctypes.cast(ctypes.c_char_p(_CHECK), ctypes.c_void_p).value, 9) != _CHECKED:
         return None
     av_crc = library.av_crc
+    if _flac_scan is not None:
+        crc_spans, address = _flac_scan.crc_spans, ctypes.cast(av_crc, ctypes.c_void_p).value
+
+        def compiled(data: bytes):
+            def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+                found = crc_spans(data, np.ascontiguousarray(starts, dtype=np.int64),
+                                  np.ascontiguousarray(ends, dtype=np.int64), address, table)  # fmt: skip
+                return np.frombuffer(found, dtype=np.uint32)
+
+            return spans
+
+        return compiled
 
     def crc(data: bytes):
         base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value  # the buffer of ``data``, kept alive by it
 
-        def spans(starts: np.ndarray, ends: np.ndarray) -> Iterator[int]:
-            return map(av_crc, repeat(table), repeat(0), (starts + base).tolist(), (ends - starts).tolist())
+        def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+            values = map(av_crc, repeat(table), repeat(0), (starts + base).tolist(), (ends - starts).tolist())
+            return np.fromiter(values, dtype=np.uint32, count=len(starts))
 
         return spans
 
