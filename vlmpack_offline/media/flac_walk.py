@@ -34,9 +34,12 @@ n-1 from the first byte after the metadata (fixed block size, one rate, sample s
 STREAMINFO and summing to its total), each frame's bytes up to the next one (the last: up to the end of the file)
 end with their own CRC-16 (every link between frames then costs 0, checked or not), and every other candidate is one
 the scoring provably discards (``_outscored``), the decoder hands out exactly STREAMINFO's total. ``flac_samples``
-finds every 0xFFF8/9 offset with one numpy pass (``_syncs``), reads all candidates at once (``_headers``; it does
-not read the subframe byte, so it keeps a superset of FFmpeg's candidates, which only ever makes it decline more)
-and checks the CRC-16s with FFmpeg's own ``av_crc`` (``_crc16``). Anything else (a damaged frame or header, a
+finds every 0xFFF8/9 offset (``_syncs``), reads all candidates at once (``_headers``; it does not read the subframe
+byte, so it keeps a superset of FFmpeg's candidates, which only ever makes it decline more) and checks the CRC-16s
+with FFmpeg's own ``av_crc`` (``_crc16``). Those are two passes over every byte, more than the scan's budget for a
+clip in numpy's compares and one ctypes call per frame, so the install compiles them (``_flac_scan.c``: memchr for
+the syncs, each header decoded as ``_candidates`` does, every CRC-16 in one call); where it could not, the numpy
+and ctypes passes run, with the same answers. Anything else (a damaged frame or header, a
 candidate it cannot rule out, variable block size, fewer samples than the total, metadata it does not read, an ID3
 tag before ``fLaC``, no libavutil found) returns None: ``audio.py``'s PyAV path (the parser itself over every
 packet, the last frames decoded after a seek) decides, as before.
