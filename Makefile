@@ -54,7 +54,7 @@ endef
 # vlmpack's one compiled module is optional (pyproject.toml): say so where the install could not build it.
 export FLAC_SCAN_CHECK := from vlmpack_offline.media import flac_walk; flac_walk._flac_scan or print( \
 	'note: vlmpack_offline/media/_flac_scan.c was not built (no C compiler or Python headers?): FLAC files are' \
-	' probed in numpy, about 3x slower, with the same counts (docs/install.md)')
+	' probed in numpy, 2-5x slower, with the same counts (docs/install.md)')
 
 $(STAMP): pyproject.toml $(CORE_LOCK) $(NODEPS_LOCK)
 	$(call install_locked,$(VENV),$(CORE_LOCK),$(NODEPS_LOCK))
