@@ -190,17 +190,22 @@ def flac_samples(data: bytes) -> FlacStream | None:
 
 
 def _scan(data: bytes, start: int):
-    """(offsets, numbers, blocks, strategy) of every candidate header from ``start`` (``_headers`` of ``_syncs``), None
-    where the syncs are too dense (``_syncs``). Where ``_flac_scan`` was built, one compiled pass does both (memchr
-    for 0xFF, then each header decoded as ``_candidates`` does); else numpy, a few passes over every byte."""
+    """(offsets, numbers, blocks, strategy) of every candidate header from ``start``, None where the syncs are too
+    dense (``_syncs``). Where ``_flac_scan`` was built, one compiled pass (memchr for 0xFF, then each header decoded
+    as ``_candidates`` does); else ``_numpy_scan``."""
     if _flac_scan is None:
-        syncs = _syncs(data, start)
-        return None if syncs is None else _headers(data, syncs)
+        return _numpy_scan(data, start)
     found = _flac_scan.candidates(data, start, len(data) // _DENSEST + 1)
     if found is None:
         return None
     rows = np.frombuffer(found, dtype=np.int64).reshape(-1, 7)  # offset, number, block, then the strategy's 4
     return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:]
+
+
+def _numpy_scan(data: bytes, start: int):
+    """``_scan`` in numpy: ``_headers`` of ``_syncs``, a few passes over every byte."""
+    syncs = _syncs(data, start)
+    return None if syncs is None else _headers(data, syncs)
 
 
 def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
