@@ -119,7 +119,7 @@ def _flac_passes(data: bytes, repeat: int) -> tuple[float, float, float, float, 
     reads, the four timed in turn in each round (a machine whose speed drifts shifts all alike). The candidates pass
     is the sync search and the headers' decoding (``_scan``), the CRC-16s every frame's through ``av_crc``: compiled
     where ``_flac_scan`` was built; the last probe runs them in numpy and ctypes, as where it was not."""
-    info = flac_walk._streaminfo(data)
+    info = flac_walk.streaminfo(data)
     offsets, _, _, strategy = flac_walk._scan(data, info.start)
     offsets = offsets[np.all(strategy == strategy[0], axis=1)]  # the frames, as flac_samples keeps them
     ends = np.append(offsets[1:], len(data))

@@ -25,6 +25,7 @@ from vlmpack_offline.media import flac_walk
 from vlmpack_offline.media.audio import check_decodes, probe_audio
 from vlmpack_offline.media.audio_headers import _opus_samples, adts_frames, matroska_blocks
 from vlmpack_offline.media.flac_walk import flac_samples
+from vlmpack_offline.media.mp4_audio import AAC_RATES
 from vlmpack_offline.reasons import DropError, Reason
 from vlmpack_offline.synthetic.audio import encode_audio, rates_taken, signal_chunks
 
@@ -133,6 +134,103 @@ def test_adts_behind_an_id3_tag_is_counted_by_decoding():
     assert adts_frames(frames) is not None and adts_frames(tag + frames) is None
     info = probe_audio(tag + frames, part="tagged.aac")
     assert (info.samples, info.sample_rate) == decoded(tag + frames) == decoded(frames)
+
+
+def test_raw_adts_is_counted_without_pyav_demuxing_it(no_pyav_container):
+    """Every rate the encoder takes, mono and stereo, a second and 3 s: raw ADTS is counted from its frame headers,
+    FFmpeg's format probe and its decoder's first frame, never opened with ``av.open``; the count is the decode's."""
+    wrong = []
+    for rate in AAC_RATES:
+        for channels in (1, 2):
+            for length in (rate + 3, 3 * rate + 17):
+                data = encode_audio("aac", samples=length, sample_rate=rate, channels=channels, seed=length)
+                info = probe_audio(data, part="clip.aac")
+                if (info.samples, info.sample_rate, info.channels) != (*decoded(data), channels):
+                    wrong.append((rate, channels, length, decoded(data), info))
+                assert (info.codec, info.container) == ("aac", "aac")
+    assert not wrong, wrong
+
+
+def test_flac_in_matroska_is_counted_without_pyav(no_pyav_container):
+    """Every rate, mono and stereo, one sample to 3 s: FLAC in Matroska is counted from the track's facts (CodecPrivate's
+    STREAMINFO, SamplingFrequency, Channels) and its blocks, never opened with ``av.open``; the count is the decode's."""
+    wrong = []
+    for rate, channels, length, data in clips("mka", RATES, _lengths):
+        info = probe_audio(data, part="clip.mka")
+        if (info.samples, info.sample_rate, info.channels) != (*decoded(data), channels):
+            wrong.append((rate, channels, length, decoded(data), info))
+        assert (info.codec, info.container) == ("flac", "matroska,webm")
+    assert not wrong, wrong
+
+
+class _Bits:
+    """MSB-first bit writer for hand-built AAC frames."""
+
+    def __init__(self) -> None:
+        self.value, self.width = 0, 0
+
+    def put(self, value: int, width: int) -> _Bits:
+        self.value, self.width = (self.value << width) | (value & ((1 << width) - 1)), self.width + width
+        return self
+
+    def bytes(self) -> bytes:
+        pad = -self.width % 8
+        return (self.value << pad).to_bytes((self.width + pad) // 8, "big")
+
+
+def _adts_silence(frames: int, rate_index: int, channels: int, sbr_from: int | None) -> bytes:
+    """Raw ADTS AAC-LC frames FFmpeg's encoder cannot write: each a raw_data_block (ISO 14496-3 4.4.2) of silent
+    channel elements (SCE or CPE, long window, max_sfb 0: no spectral data), from frame ``sbr_from`` on followed by a
+    FIL element carrying an SBR extension payload (EXT_SBR_DATA with an SBR header), which is how implicitly
+    signalled HE-AAC (and, in mono, HE-AAC v2's PS) looks in ADTS, then ID_END."""
+    out = []
+    for index in range(frames):
+        block = _Bits()
+        for _ in range(1 if channels == 1 else 2):  # the ICS: global_gain, ics_info, no pulse / TNS / gain control
+            if not block.width:
+                block.put(0 if channels == 1 else 1, 3).put(0, 4)  # ID_SCE / ID_CPE, element_instance_tag
+                if channels == 2:
+                    block.put(0, 1)  # common_window 0
+            block.put(100, 8).put(0, 1).put(0, 2).put(0, 1).put(0, 6).put(0, 1).put(0, 3)
+        if sbr_from is not None and index >= sbr_from:
+            payload = _Bits().put(13, 4).put(1, 1)  # EXT_SBR_DATA, bs_header_flag
+            payload.put(1, 1).put(5, 4).put(9, 4).put(0, 3).put(0, 2).put(0, 2).put(0, 60)  # sbr_header, zeros
+            body = payload.bytes()
+            block.put(6, 3).put(len(body), 4)  # ID_FIL, count (under 15: no escape)
+            for byte in body:
+                block.put(byte, 8)
+        raw = block.put(7, 3).bytes()  # ID_END
+        header = _Bits().put(0xFFF, 12).put(0, 1).put(0, 2).put(1, 1).put(1, 2).put(rate_index, 4).put(0, 1)
+        header.put(channels, 3).put(0, 4).put(7 + len(raw), 13).put(0x7FF, 11).put(0, 2)  # frame_length, fullness
+        out.append(header.bytes() + raw)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_adts_whose_first_frame_turns_on_sbr_is_counted_by_decoding(channels):
+    """SBR in the first frame: FFmpeg's decoder switches to HE-AAC (2048 samples a frame at twice the header's rate;
+    mono, with PS possible, decodes as stereo), which the frame headers do not say. The decoder's first frame does:
+    the probe counts what decoding gives. SBR first met in a later frame switches the decoder's rate there, which
+    no header shows: the probe counts LC frames without PyAV, and the scan's decode check drops the file."""
+    rate_index = AAC_RATES.index(22050)
+    he = _adts_silence(20, rate_index, channels, sbr_from=0)
+    assert decoded(he) == (20 * 2048, 44100)
+    info = probe_audio(he, part="he.aac")
+    assert (info.samples, info.sample_rate, info.channels) == (20 * 2048, 44100, 2)
+    plain = _adts_silence(20, rate_index, channels, sbr_from=None)
+    late = _adts_silence(20, rate_index, channels, sbr_from=3)
+    assert decoded(plain) == (20 * 1024, 22050) and decoded(late) == (0, None)  # 22.05 kHz, then 44.1 kHz
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(audio_module, "_opened", _refuse_pyav)
+        infos = [probe_audio(data, part="late.aac") for data in (plain, late)]
+    assert {(info.samples, info.sample_rate, info.channels) for info in infos} == {(20 * 1024, 22050, channels)}
+    with pytest.raises(DropError, match=r"^late\.aac: ") as exc:
+        check_decodes(late, samples=infos[1].samples, part="late.aac")
+    assert exc.value.reason == Reason.CORRUPT_MEDIA
+
+
+def _refuse_pyav(*args, **kwargs):
+    raise AssertionError("the probe opened the file with PyAV")
 
 
 @pytest.mark.parametrize(
@@ -373,7 +471,7 @@ def test_flac_hostile_syncs_are_declined_and_counted_by_the_pyav_path(body, dens
     read, none a chain): the walk declines, and the probe's answer is the PyAV path's, the decoder's count or a
     recorded drop, never a crash."""
     good = encode_audio("flac", samples=44100, sample_rate=44100, channels=2)
-    start = flac_walk._streaminfo(good).start  # frame 0
+    start = flac_walk.streaminfo(good).start  # frame 0
     data = good[:start] + (body if body is not None else good[start : start + 16] * 30_000)
     assert (flac_walk._syncs(data, start) is None) == dense
     assert (flac_walk._scan(data, start) is None) == dense
@@ -458,7 +556,7 @@ def test_flac_compiled_candidates_are_numpys():
         decoded_headers += 0 if found is None else len(found[0])
     assert decoded_headers > 5000  # the planted headers are read, not only refused
     clip = encode_audio("flac", samples=44100 * 3, sample_rate=44100, channels=2)
-    header = clip[flac_walk._streaminfo(clip).start :][:16]
+    header = clip[flac_walk.streaminfo(clip).start :][:16]
     for position in range(2, 16):
         for value in range(256):
             altered = bytearray(header)
@@ -467,7 +565,7 @@ def test_flac_compiled_candidates_are_numpys():
             same(bytes(5) + altered[: position + 1], 0)
     for seconds in (10, 60):
         data = encode_audio("flac", samples=44100 * seconds, sample_rate=44100, channels=2)
-        assert same(data, flac_walk._streaminfo(data).start) is not None
+        assert same(data, flac_walk.streaminfo(data).start) is not None
     assert same(b"\xff\xf8" * 10_000, 0) is None
 
 

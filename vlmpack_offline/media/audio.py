@@ -32,13 +32,17 @@ Both open the bytes with PyAV the same way (``_opened``: the first audio stream,
     opus in Ogg (one stream)  last granule - pre-skip (RFC 7845), equal    the pages fit the file and match their
                               to FFmpeg's duration - its codec delay       CRCs, the last one ends the stream
                                                                            (audio_headers.walk)
-    aac (LC) in raw ADTS      1024 x the frames                            the file is a chain of ADTS frames of one
-                                                                           layout to its last byte (adts_frames)
+    aac (LC) in raw ADTS,     1024 x the frames, without PyAV's demuxer    the file is a chain of ADTS frames of one
+    mono or stereo            (``_adts_info``)                             layout to its last byte (adts_frames); the
+                                                                           first, decoded alone, is 1024 samples at
+                                                                           the header's rate and layout (no SBR / PS)
     aac (LC) in MP4 / M4A     1024 x the index entries FFmpeg's mov        the entries lie inside the file and are
                               demuxer keeps, trimmed (``_trimmed``)        the whole sample table (not fragmented)
     opus, flac, aac (LC) in   each block's samples (Opus TOC, FLAC block   the walk reads every Segment and Cluster
     Matroska / WebM (one      size, AAC 1024), trimmed by the first        child as FFmpeg's matroskadec does
-    audio track)              packet's skip and the blocks' DiscardPadding (matroska_blocks); else it declines
+    audio track)              packet's skip and the blocks' DiscardPadding (matroska_blocks); else it declines;
+                              FLAC without PyAV (``_matroska_flac``)       FLAC: no CodecDelay, STREAMINFO's rate and
+                                                                           channels are the track's (matroska_track)
     everything else (vorbis,  decoded and counted: the count *is* the      it decodes to its end; an MP3 Xing /
     mp3 untagged, flac        loader's decoder's                           VBRI count is not above it (one frame
     without a count, ...)                                                  of slack)
@@ -81,8 +85,9 @@ from fractions import Fraction
 import numpy as np
 
 from ..reasons import DropError, Reason
-from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, mp3_tag, walk
-from .flac_walk import flac_samples
+from .audio_headers import Blocks, Mp3Tag, Walked, adts_frames, matroska_blocks, matroska_track, mp3_tag, walk
+from .av_libs import probed_format
+from .flac_walk import flac_samples, streaminfo
 from .mp4_audio import AAC_RATES, Mp4Audio, mp4_audio
 from .wav_header import wav_samples
 
@@ -95,6 +100,7 @@ __all__ = ["AudioInfo", "probe_audio", "decode_audio", "check_decodes", "resampl
 # 0 channels, a recorded corrupt_media, never a wrong count.
 _OPEN = {"probesize": "4096"}
 _MOV = "mov,mp4,m4a,3gp,3g2,mj2"  # PyAV's name of FFmpeg's mov demuxer, as the PyAV path reports it
+_MATROSKA = "matroska,webm"  # PyAV's name of FFmpeg's Matroska / WebM demuxer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +132,10 @@ def probe_audio(data: bytes, *, part: str) -> AudioInfo:
         return AudioInfo(samples=flac.samples, sample_rate=flac.sample_rate, channels=flac.channels, codec="flac",
                          container="flac")  # fmt: skip
     walked = walk(data, part=part)
+    if walked.container is None and (adts := _adts_info(data)) is not None:  # raw AAC, its first frame decoded
+        return adts
+    if walked.container == "Matroska" and (flac := _matroska_flac(data)) is not None:  # FLAC blocks, no PyAV
+        return flac
     if walked.container == "MP4" and (mp4 := mp4_audio(data)) is not None and (samples := _mp4_samples(mp4)) is not None:
         if samples <= 0:  # AAC whose packets the edit list discards: the decoder hands out nothing
             raise DropError(Reason.CORRUPT_MEDIA, f"{part}: the {mp4.codec} stream holds no audio (0 samples)")
@@ -214,8 +224,6 @@ def _from_header(data: bytes, walked: Walked, container, stream, rate: int, part
         return _flac_samples(container, stream, rate, part)
     if codec == "mp3" and (tag := mp3_tag(data)) is not None and tag.gapless and tag.audio_bytes:
         return _mp3_samples(tag, stream, rate, part)
-    if codec == "aac" and walked.container is None and _aac_plain(stream, rate):
-        return _adts_samples(data, stream, rate)
     if codec == "aac" and walked.container == "MP4" and _aac_plain(stream, rate):
         return _mp4_aac_samples(container, stream, len(data), part)
     if walked.container == "Matroska" and (codec in ("opus", "flac") or codec == "aac" and _aac_plain(stream, rate)):
@@ -237,16 +245,32 @@ def _aac_plain(stream, rate: int) -> bool:
     return context.profile == "LC" and context.frame_size == _AAC_FRAME and rate in AAC_RATES
 
 
-def _adts_samples(data: bytes, stream, rate: int) -> int | None:
-    """Raw ADTS: 1024 samples per frame (``audio_headers.adts_frames``), no skip (FFmpeg's ``aac`` demuxer marks
-    none); None when the file is not a plain chain of frames or its headers name another rate or layout."""
+def _adts_info(data: bytes) -> AudioInfo | None:
+    """Raw ADTS AAC-LC, mono or stereo, without PyAV's demuxer: 1024 samples per frame (``audio_headers.adts_frames``),
+    no skip (FFmpeg's ``aac`` demuxer marks none). Two things ``av.open`` would find out are asked of FFmpeg
+    directly: that its format probe picks the ``aac`` demuxer (``av_libs.probed_format``: a file of one or two
+    frames, for one, ties with another format and does not open), and that the decoder's first frame is 1024
+    samples at the header's rate and layout; SBR or PS in it (implicit HE-AAC: twice the rate, 2048 samples, mono
+    decoded as stereo) sends the file to the PyAV path, which decodes it. SBR first met in a later frame switches
+    FFmpeg's decoder to twice the rate there (``decode_audio`` refuses a rate change): no header shows it, so such a
+    stream is counted as LC, as the PyAV path counts it, and only a decode (``check_decodes``, the scan's
+    ``decode_check``) drops it. None where the file is no such chain or either answer differs."""
     frames = adts_frames(data)
-    if frames is None or AAC_RATES[(data[2] >> 2) & 0x0F] != rate:
+    if frames is None or data[2] >> 6 != 1:  # profile: audio object type - 1, LC = 1
         return None
-    channels = ((data[2] & 1) << 2) | (data[3] >> 6)  # channel_configuration 1-2: mono, stereo
-    if channels not in (1, 2) or channels != stream.codec_context.channels:
+    rate, channels = AAC_RATES[(data[2] >> 2) & 0x0F], ((data[2] & 1) << 2) | (data[3] >> 6)
+    if channels not in (1, 2) or probed_format(data) != "aac":  # channel_configuration 1-2: mono, stereo
         return None
-    return frames * _AAC_FRAME
+    import av
+
+    first = ((data[3] & 3) << 11) | (data[4] << 3) | (data[5] >> 5)
+    try:
+        decoded = av.CodecContext.create("aac", "r").decode(av.Packet(data[:first]))
+    except av.FFmpegError:
+        return None
+    if [(f.samples, f.sample_rate, f.layout.nb_channels) for f in decoded] != [(_AAC_FRAME, rate, channels)]:
+        return None
+    return AudioInfo(samples=frames * _AAC_FRAME, sample_rate=rate, channels=channels, codec="aac", container="aac")
 
 
 def _mp4_aac_samples(container, stream, size: int, part: str) -> int | None:
@@ -312,6 +336,30 @@ def _matroska_samples(data: bytes, container, stream, rate: int, part: str) -> i
     # the Opus decoder starts with the OpusHead pre-skip pending (ff_opus_parse_extradata, libavcodec/opus/parse.c,
     # sets the skip to it); the first packet's side data, where there is one, replaces it
     return _trimmed_blocks(blocks, _skip_samples(first), skip)
+
+
+def _matroska_flac(data: bytes) -> AudioInfo | None:
+    """FLAC in Matroska without PyAV: the track's facts as matroskadec.c reads them (``matroska_track``), each block's
+    samples and DiscardPadding (``matroska_blocks``), trimmed as ``_matroska_samples`` trims PyAV's. The decoder's
+    rate and channels are STREAMINFO's (matroska_parse_flac hands it over as extradata, flac_decode_init reads it),
+    taken only where SamplingFrequency and Channels say the same. With no CodecDelay nothing is skipped at the start
+    but the first block's own DiscardPadding, which rides on the first packet as (0, padding). None (the PyAV path)
+    for any other codec, a delay, another output rate, or facts that disagree."""
+    track = matroska_track(data)
+    if track is None or track.codec_id != "A_FLAC" or track.delay or track.output_rate not in (None, track.rate):
+        return None
+    info = streaminfo(track.private)
+    if info is None or info.start != len(track.private) or (track.rate, track.channels) != (info.rate, info.channels):
+        return None
+    blocks = matroska_blocks(data, codec="flac", rate=info.rate)
+    if not blocks:
+        return None
+    first = (0, blocks.discards[0]) if 0 in blocks.discards else None
+    samples = _trimmed_blocks(blocks, first, 0)
+    if samples <= 0:
+        return None
+    return AudioInfo(samples=samples, sample_rate=info.rate, channels=info.channels, codec="flac",
+                     container=_MATROSKA)  # fmt: skip
 
 
 def _skip_samples(packet) -> tuple[int, int] | None:

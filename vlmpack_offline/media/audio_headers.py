@@ -19,13 +19,15 @@ these into sample counts where they prove one.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass
 
 from .integrity import corrupt_error, cut_error
 from .video_integrity import check_container
 
-__all__ = ["Walked", "Mp3Tag", "Blocks", "walk", "mp3_tag", "adts_frames", "matroska_blocks"]
+__all__ = ["Walked", "Mp3Tag", "Blocks", "MatroskaTrack", "walk", "mp3_tag", "adts_frames", "matroska_blocks",
+           "matroska_track"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +49,19 @@ class Blocks:
 
     samples: list[int]
     discards: dict[int, int]  # block index -> samples to discard from its end
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatroskaTrack:
+    """A Matroska / WebM file's one audio TrackEntry, each field None where its element is absent (Matroska's
+    defaults: 8000 Hz, one channel, no delay)."""
+
+    codec_id: str  # CodecID, e.g. "A_FLAC", "A_OPUS", "A_AAC"
+    private: bytes  # CodecPrivate (FLAC: "fLaC" and its metadata blocks; Opus: the OpusHead)
+    rate: float | None = None  # Audio/SamplingFrequency in Hz
+    output_rate: float | None = None  # Audio/OutputSamplingFrequency in Hz (SBR: twice the rate)
+    channels: int | None = None  # Audio/Channels
+    delay: int | None = None  # CodecDelay in ns: FFmpeg skips it at the start (as its first packet's skip_samples)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,23 +196,33 @@ def adts_frames(data: bytes) -> int | None:
     size, pos, frames = len(data), 0, 0
     if size < 7 or data[0] != 0xFF or data[1] & 0xF6 != 0xF0 or (data[2] >> 2) & 0x0F > 12:
         return None
-    fixed = bytes(data[:4])
-    head = (fixed[1], fixed[2], fixed[3] & 0xF0)  # id, layer, protection; profile, rate, private, channels (3 bits)
-    minimum = 7 if fixed[1] & 1 else 9  # protection_absent = 0: a CRC follows the header
+    # bytes 0-3 less the frame length's top bits: sync, id, layer, protection; profile, rate, private, channels
+    head = int.from_bytes(data[:4], "big") & 0xFFFFFFF0
+    minimum = 7 if data[1] & 1 else 9  # protection_absent = 0: a CRC follows the header
+    header = _ADTS.unpack_from  # bytes 0-3, 4-5, 6: one call per frame (a minute of 44.1 kHz is 2600 of them)
     while pos + 7 <= size:
-        if data[pos] != 0xFF or (data[pos + 1], data[pos + 2], data[pos + 3] & 0xF0) != head or data[pos + 6] & 3:
+        fixed, middle, last = header(data, pos)
+        if fixed & 0xFFFFFFF0 != head or last & 3:
             return None
-        length = ((data[pos + 3] & 3) << 11) | (data[pos + 4] << 3) | (data[pos + 5] >> 5)
+        length = ((fixed & 3) << 11) | (middle >> 5)  # frame_length: 2 bits of byte 3, byte 4, 3 bits of byte 5
         if length < minimum:
             return None
         pos, frames = pos + length, frames + 1
     return frames if pos == size else None
 
 
+_ADTS = struct.Struct(">IHB")
+
+
 _EBML_SEGMENT, _EBML_TRACKS, _EBML_CLUSTER = 0x18538067, 0x1654AE6B, 0x1F43B675
 _EBML_TRACK_ENTRY, _EBML_TRACK_NUMBER, _EBML_TRACK_TYPE, _EBML_ENCODINGS = 0xAE, 0xD7, 0x83, 0x6D80
 _EBML_SIMPLE_BLOCK, _EBML_BLOCK_GROUP, _EBML_BLOCK, _EBML_DISCARD = 0xA3, 0xA0, 0xA1, 0x75A2
 _EBML_VOID, _EBML_CRC = 0xEC, 0xBF
+_EBML_AUDIO = 0xE1
+# TrackEntry children and Audio's children that MatroskaTrack holds (CodecID, CodecPrivate, CodecDelay; Channels,
+# SamplingFrequency, OutputSamplingFrequency)
+_TRACK_FACTS = {0x86: "codec_id", 0x63A2: "private", 0x56AA: "delay"}
+_AUDIO_FACTS = {0x9F: "channels", 0xB5: "rate", 0x78B5: "output_rate"}
 # the children each level may hold (Matroska's schema, RFC 9559 5.1): any other id is damage the walk does not judge
 _SEGMENT_CHILDREN = frozenset({0x114D9B74, 0x1549A966, _EBML_TRACKS, _EBML_CLUSTER, 0x1C53BB6B, 0x1941A469,
                                0x1043A770, 0x1254C367, _EBML_VOID, _EBML_CRC})  # fmt: skip
@@ -231,22 +256,19 @@ def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     DiscardPadding. None where the walk cannot stand for FFmpeg's demuxer: an element of unknown size or past its
     parent's end, bytes after the Segment, more or fewer than one audio track, laced blocks, a track with
     ContentEncodings (its bytes are not the codec's), an empty or malformed frame."""
-    top = _element(data, 0, len(data))
-    if top is None or top[0] != 0x1A45DFA3:
-        return None
-    segment = _element(data, top[2], len(data))
-    if segment is None or segment[0] != _EBML_SEGMENT or segment[2] != len(data):
+    if (segment := _segment(data)) is None:
         return None
     blocks = Blocks(samples=[], discards={})
-    pos, end, track = segment[1], segment[2], None
+    (pos, end), track = segment, None
     while pos < end:
         element = _element(data, pos, end)
         if element is None:
             return None
         ident, start, stop = element
         if ident == _EBML_TRACKS:
-            if track is not None or (track := _audio_track(data, start, stop)) is None:
+            if track is not None or (found := _audio_track(data, start, stop)) is None:
                 return None
+            track = found[:2]
         elif ident == _EBML_CLUSTER:
             if track is None or not _cluster_blocks(data, start, stop, track, codec, rate, blocks):
                 return None
@@ -256,10 +278,39 @@ def matroska_blocks(data: bytes, *, codec: str, rate: int) -> Blocks | None:
     return blocks if track is not None else None
 
 
-def _audio_track(data: bytes, pos: int, end: int) -> tuple[int, frozenset[int]] | None:
-    """The number of the Tracks element's one audio entry (TrackType 2) and every entry's number; None when there
-    is not exactly one audio entry or it has ContentEncodings."""
-    found: list[tuple[int | None, bool]] = []
+def matroska_track(data: bytes) -> MatroskaTrack | None:
+    """The facts of the file's one audio track (``MatroskaTrack``) from the Segment's Tracks element, read as
+    matroskadec.c reads them; None where ``matroska_blocks`` would decline the file's header or tracks (the
+    Clusters are ``matroska_blocks``' to walk)."""
+    if (segment := _segment(data)) is None:
+        return None
+    pos, end = segment
+    while pos < end:
+        element = _element(data, pos, end)
+        if element is None or element[0] not in _SEGMENT_CHILDREN:
+            return None
+        if element[0] == _EBML_TRACKS:
+            found = _audio_track(data, element[1], element[2])
+            return None if found is None else found[2]
+        pos = element[2]
+    return None
+
+
+def _segment(data: bytes) -> tuple[int, int] | None:
+    """The payload span of the Segment that follows the EBML header and ends the file; None for anything else."""
+    top = _element(data, 0, len(data))
+    if top is None or top[0] != 0x1A45DFA3:
+        return None
+    segment = _element(data, top[2], len(data))
+    if segment is None or segment[0] != _EBML_SEGMENT or segment[2] != len(data):
+        return None
+    return segment[1], segment[2]
+
+
+def _audio_track(data: bytes, pos: int, end: int) -> tuple[int, frozenset[int], MatroskaTrack] | None:
+    """The number of the Tracks element's one audio entry (TrackType 2), every entry's number and the audio entry's
+    facts; None when there is not exactly one audio entry or it has ContentEncodings."""
+    found: list[tuple[int | None, bool, MatroskaTrack]] = []
     numbers: set[int] = set()
     while pos < end:
         element = _element(data, pos, end)
@@ -267,7 +318,7 @@ def _audio_track(data: bytes, pos: int, end: int) -> tuple[int, frozenset[int]] 
             return None
         ident, start, stop = element
         if ident == _EBML_TRACK_ENTRY:
-            number, kind, encoded, at = None, None, False, start
+            number, kind, encoded, at, facts = None, None, False, start, {}
             while at < stop:
                 child = _element(data, at, stop)
                 if child is None:
@@ -276,15 +327,46 @@ def _audio_track(data: bytes, pos: int, end: int) -> tuple[int, frozenset[int]] 
                 number = value if child[0] == _EBML_TRACK_NUMBER else number
                 kind = value if child[0] == _EBML_TRACK_TYPE else kind
                 encoded = encoded or child[0] == _EBML_ENCODINGS
+                if child[0] in _TRACK_FACTS:
+                    facts[_TRACK_FACTS[child[0]]] = bytes(data[child[1] : child[2]])
+                elif child[0] == _EBML_AUDIO:
+                    facts.update(_audio_facts(data, child[1], child[2]))
                 at = child[2]
             if kind == 2:
-                found.append((number, encoded))
+                found.append((number, encoded, _track_facts(facts)))
             if number is not None:
                 numbers.add(number)
         pos = stop
-    if len(found) != 1 or found[0][0] is None or found[0][1]:
+    if len(found) != 1 or found[0][0] is None or found[0][1] or found[0][2] is None:
         return None
-    return found[0][0], frozenset(numbers)
+    return found[0][0], frozenset(numbers), found[0][2]
+
+
+def _audio_facts(data: bytes, pos: int, end: int) -> dict[str, bytes]:
+    facts = {}
+    while pos < end and (child := _element(data, pos, end)) is not None:
+        if child[0] in _AUDIO_FACTS:
+            facts[_AUDIO_FACTS[child[0]]] = bytes(data[child[1] : child[2]])
+        pos = child[2]
+    return facts
+
+
+def _track_facts(raw: dict[str, bytes]) -> MatroskaTrack | None:
+    """The entry's raw elements read as numbers (RFC 9559: an unsigned integer of 8 bytes at most, a float of 4 or
+    8); None where one does not read so."""
+    numbers = {}
+    for name in ("channels", "delay"):
+        if name in raw:
+            if len(raw[name]) > 8:
+                return None
+            numbers[name] = int.from_bytes(raw[name], "big")
+    for name in ("rate", "output_rate"):
+        if name in raw:
+            if len(raw[name]) not in (4, 8):
+                return None
+            numbers[name] = struct.unpack(">f" if len(raw[name]) == 4 else ">d", raw[name])[0]
+    return MatroskaTrack(codec_id=raw.get("codec_id", b"").rstrip(b"\0").decode("ascii", "replace"),
+                         private=raw.get("private", b""), **numbers)  # fmt: skip
 
 
 def _cluster_blocks(data: bytes, pos: int, end: int, tracks: tuple[int, frozenset[int]], codec: str, rate: int,

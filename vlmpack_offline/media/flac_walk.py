@@ -52,12 +52,14 @@ from itertools import repeat
 
 import numpy as np
 
+from . import av_libs
+
 try:  # the two passes over every byte, compiled (_flac_scan.c); where it was not built, numpy and ctypes do them
     from . import _flac_scan
 except ImportError:
     _flac_scan = None
 
-__all__ = ["FlacStream", "flac_samples"]
+__all__ = ["FlacStream", "StreamInfo", "flac_samples", "streaminfo"]
 
 _HEADER = 16  # MAX_FRAME_HEADER_SIZE: the bytes flac_parser.c hands ff_flac_decode_frame_header (zeros past EOF)
 _SEQUENTIAL = 4  # FLAC_MAX_SEQUENTIAL_HEADERS: the candidates after a header that score_header takes as its children
@@ -137,7 +139,7 @@ class FlacStream:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _StreamInfo:
+class StreamInfo:
     start: int  # the first byte after the metadata blocks: where the parser starts
     min_block: int
     max_block: int
@@ -149,7 +151,7 @@ class _StreamInfo:
 
 def flac_samples(data: bytes) -> FlacStream | None:
     """The decoded length of a plain ``.flac`` file where its headers and CRCs prove it (module doc), else None."""
-    info = _streaminfo(data)
+    info = streaminfo(data)
     if info is None or info.total <= 0 or not 0 < info.rate <= 655350 or not 16 <= info.min_block <= info.max_block \
             or info.bits < 4:  # what FFmpeg's flac_probe and ff_flac_parse_streaminfo accept  # fmt: skip
         return None
@@ -227,7 +229,7 @@ def _outscored(frames: np.ndarray, others: np.ndarray) -> bool:
     return bool(inside.max() < len(frames) and np.all(np.diff(inside) >= _SEQUENTIAL))
 
 
-def _streaminfo(data: bytes) -> _StreamInfo | None:
+def streaminfo(data: bytes) -> StreamInfo | None:
     """``fLaC`` at byte 0, then metadata blocks (RFC 9639 8.1: last-block flag, type (7 bits), size (24 bits)),
     STREAMINFO first and of 34 bytes, every block inside the file and of a type read here; None otherwise."""
     if data[:4] != b"fLaC":
@@ -245,7 +247,7 @@ def _streaminfo(data: bytes) -> _StreamInfo | None:
             raw = bytes(data[pos + 4 : pos + 38])
         pos += 4 + size
     fields = int.from_bytes(raw[10:18], "big")  # rate (20 bits), channels - 1 (3), bits - 1 (5), total (36)
-    return _StreamInfo(start=pos, min_block=int.from_bytes(raw[0:2], "big"), max_block=int.from_bytes(raw[2:4], "big"),
+    return StreamInfo(start=pos, min_block=int.from_bytes(raw[0:2], "big"), max_block=int.from_bytes(raw[2:4], "big"),
                        rate=fields >> 44, channels=((fields >> 41) & 7) + 1, bits=((fields >> 36) & 31) + 1,
                        total=fields & ((1 << 36) - 1))  # fmt: skip
 
@@ -314,9 +316,9 @@ _FIXED_OK = _fixed_ok()
 
 def _crc16():
     """FFmpeg's own ``av_crc`` with its AV_CRC_16_ANSI table (polynomial 0x8005: the FLAC frame footer's CRC-16,
-    what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded, as ``crc(data)(starts, ends)``: per
-    span, 0 when ``data[start:end]`` ends with its own CRC-16 (a uint32 array). None where that library is not found
-    (then the PyAV path counts). Called on the bytes object's own buffer, nothing copied: every span in one call of
+    what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded (``av_libs``), as
+    ``crc(data)(starts, ends)``: per span, 0 when ``data[start:end]`` ends with its own CRC-16 (a uint32 array).
+    None where that library is not found or is not PyAV's (then the PyAV path counts). Called on the bytes object's own buffer, nothing copied: every span in one call of
     ``_flac_scan`` where it was built, else one ctypes call per span."""
     global _CRC
     if _CRC is None:
@@ -329,16 +331,10 @@ _CRC = None
 
 def _load_crc16():
     import ctypes
-    import ctypes.util
-    import glob
-    import os
 
-    import av
-
-    here = os.path.dirname(os.path.dirname(av.__file__))
-    paths = sorted(glob.glob(os.path.join(here, "av.libs", "libavutil*.so*"))) or [ctypes.util.find_library("avutil")]
+    if (library := av_libs.library("avutil")) is None:
+        return None
     try:
-        library = ctypes.CDLL(paths[0])
         library.av_crc_get_table.restype = ctypes.c_void_p
         library.av_crc_get_table.argtypes = [ctypes.c_int]
         library.av_crc.restype = ctypes.c_uint32
