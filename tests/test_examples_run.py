@@ -17,15 +17,16 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("script", "needs", "loss_line"), [
-    ("train_hf_trainer.py", "accelerate", r"^step \d+: loss=\d+\.\d+$"),
-    ("train_automodel.py", "nemo_automodel", r"^epoch \d+ batch \d+: .* loss=\d+\.\d+$"),
+@pytest.mark.parametrize(("script", "needs", "loss_line", "shorter"), [
+    ("train_hf_trainer.py", "accelerate", r"^step \d+: loss=\d+\.\d+$", ["--steps", "2"]),
+    ("train_automodel.py", "nemo_automodel", r"^epoch \d+ batch \d+: .* loss=\d+\.\d+$", ["--epochs", "1"]),
 ])  # fmt: skip
-def test_demo_trains_and_prints_its_losses(script, needs, loss_line, tmp_path):
+def test_demo_trains_and_prints_its_losses(script, needs, loss_line, shorter, tmp_path):
+    """``shorter``: the script's own flag for fewer steps than its default (two losses printed are enough here)."""
     if importlib.util.find_spec(needs) is None:
         pytest.skip(f"{script} needs {needs}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), "--demo"], env=env, cwd=tmp_path,
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), "--demo", *shorter], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     losses = [line for line in done.stdout.splitlines() if re.match(loss_line, line)]

@@ -256,7 +256,7 @@ def test_trls_sft_trainer_trains_on_the_packs_with_the_mixin(qwen2_packed, tmp_p
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=1, gradient_accumulation_steps=GA,
         max_steps=1, learning_rate=0.0, dataloader_num_workers=2, report_to=[], use_cpu=True, save_strategy="no",
         seed=0, disable_tqdm=True, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
-        padding_free=False, packing=False, max_length=None,
+        padding_free=False, packing=False, max_length=None, bf16=False,  # TRL defaults to bf16: slow on CPU
     )  # fmt: skip
     packs = TrainerPacks.for_packed_dir(qwen2_packed, config, model=model)
     processor_dir = Path(PackEncoder.from_packed_dir(qwen2_packed).config.model.processor_kwargs["pretrained_model_name_or_path"])

