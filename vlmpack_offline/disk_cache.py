@@ -1,8 +1,9 @@
 """Verdicts and built objects kept across runs, so a scan does once per folder what it would do in every process.
 
 What is kept: the generic path's proof (``tokens/proof.py``), the counting tokenizer's snapshot
-(``tokens/tokenizer_snapshot.py``), the loader's verdict on a folder (``loader/servable.py``) and transformers'
-model-type tables (``tokens/rules.py``). Each entry sits under a key that hashes everything its value follows from
+(``tokens/tokenizer_snapshot.py``), the loader's verdict on a folder (``loader/servable.py``), transformers'
+model-type tables (``tokens/rules.py``) and the synthetic processor folders the demo, tests and benchmarks build
+(``synthetic/processor_dir.py``, ``processor_dirs``). Each entry sits under a key that hashes everything its value follows from
 (the folder's files, the package versions, our own deciding source), so a change anywhere is decided afresh and
 nothing has to be invalidated by hand. Best effort: a cache that cannot be written costs the next run the work.
 
